@@ -1,0 +1,162 @@
+/* support/strbuf.c — growable strings, number formatting, file reading. */
+#include "support/strbuf.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/status.h"
+
+void xm_strbuf_init(xm_strbuf_t *b) { memset(b, 0, sizeof *b); }
+
+void xm_strbuf_free(xm_strbuf_t *b) {
+  free(b->data);
+  memset(b, 0, sizeof *b);
+}
+
+void xm_strbuf_clear(xm_strbuf_t *b) {
+  b->len = 0;
+  if (b->data) b->data[0] = '\0';
+}
+
+static void reserve(xm_strbuf_t *b, size_t extra) {
+  XM_ASSERT(extra < ((size_t)1 << 40));
+  if (b->len + extra + 1 <= b->cap) return;
+  size_t cap = b->cap ? b->cap : 64;
+  while (cap < b->len + extra + 1) cap *= 2;
+  char *d = realloc(b->data, cap);
+  XM_ASSERT(d != NULL);
+  b->data = d;
+  b->cap = cap;
+}
+
+void xm_strbuf_append(xm_strbuf_t *b, const char *s, size_t n) {
+  reserve(b, n);
+  memcpy(b->data + b->len, s, n);
+  b->len += n;
+  b->data[b->len] = '\0';
+}
+
+void xm_strbuf_puts(xm_strbuf_t *b, const char *s) {
+  xm_strbuf_append(b, s, strlen(s));
+}
+
+void xm_strbuf_vprintf(xm_strbuf_t *b, const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  XM_ASSERT(n >= 0);
+  reserve(b, (size_t)n);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  b->len += (size_t)n;
+}
+
+void xm_strbuf_printf(xm_strbuf_t *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  xm_strbuf_vprintf(b, fmt, ap);
+  va_end(ap);
+}
+
+const char *xm_strbuf_cstr(const xm_strbuf_t *b) {
+  return b->data ? b->data : "";
+}
+
+char *xm_strbuf_take(xm_strbuf_t *b) {
+  char *s = b->data;
+  if (!s) {
+    s = strdup("");
+    XM_ASSERT(s != NULL);
+  }
+  memset(b, 0, sizeof *b);
+  return s;
+}
+
+void xm_strbuf_put_quoted(xm_strbuf_t *b, const char *s) {
+  xm_strbuf_puts(b, "\"");
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    switch (*p) {
+    case '"': xm_strbuf_puts(b, "\\\""); break;
+    case '\\': xm_strbuf_puts(b, "\\\\"); break;
+    case '\n': xm_strbuf_puts(b, "\\n"); break;
+    case '\t': xm_strbuf_puts(b, "\\t"); break;
+    case '\r': xm_strbuf_puts(b, "\\r"); break;
+    default:
+      if (*p < 0x20 || *p == 0x7f)
+        xm_strbuf_printf(b, "\\u%04x", *p);
+      else
+        xm_strbuf_append(b, (const char *)p, 1);
+    }
+  }
+  xm_strbuf_puts(b, "\"");
+}
+
+void xm_strbuf_put_double(xm_strbuf_t *b, double v) {
+  if (isnan(v)) {
+    xm_strbuf_puts(b, "nan");
+    return;
+  }
+  if (isinf(v)) {
+    xm_strbuf_puts(b, v < 0 ? "-inf" : "inf");
+    return;
+  }
+  char tmp[64];
+  int prec = 1;
+  for (; prec <= 17; prec++) {
+    snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+    if (strtod(tmp, NULL) == v) break;
+  }
+  /* Plain decimals between 1e-4 and 1e16, as Python's repr does. */
+  double mag = fabs(v);
+  if (mag >= 1e-4 && mag < 1e16) {
+    int exp10 = (int)floor(log10(mag));
+    int decimals = prec - 1 - exp10;
+    if (decimals < 0) decimals = 0;
+    snprintf(tmp, sizeof tmp, "%.*f", decimals, v);
+  }
+  xm_strbuf_puts(b, tmp);
+  if (!strpbrk(tmp, ".e")) xm_strbuf_puts(b, ".0");
+}
+
+int xm_read_file(const char *path, char **out_data, size_t *out_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return errno ? errno : EIO;
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) xm_strbuf_append(&b, chunk, n);
+  int err = ferror(f) ? (errno ? errno : EIO) : 0;
+  fclose(f);
+  if (err) {
+    xm_strbuf_free(&b);
+    return err;
+  }
+  *out_len = b.len;
+  *out_data = xm_strbuf_take(&b);
+  return 0;
+}
+
+int xm_edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 256 || lb > 256) return (int)(la > lb ? la : lb);
+  int row[257];
+  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int prev = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int cur = row[j];
+      int cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      int best = prev + cost;
+      if (row[j] + 1 < best) best = row[j] + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      prev = cur;
+    }
+  }
+  return row[lb];
+}

@@ -1,0 +1,46 @@
+/* tools/xmoec/main.c — the xmoec driver: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/xmoec/commands.h"
+
+typedef struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} command_t;
+
+static const command_t k_commands[] = {
+    {"check", xm_cmd_check, "validate a model spec; parameter and FLOP counts"},
+    {"ir", xm_cmd_ir, "build the forward graph of a model; print it as IR or MLIR"},
+    {"opt", xm_cmd_opt, "run a pass pipeline over IR or MLIR text"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: xmoec <command> [args]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+    fprintf(out, "  %-8s %s\n", k_commands[i].name, k_commands[i].summary);
+  fprintf(out, "\n'xmoec <command> --help' describes a command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("xmoec 0.1.0\n");
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+    if (strcmp(argv[1], k_commands[i].name) == 0)
+      return k_commands[i].run(argc - 2, argv + 2);
+  fprintf(stderr, "xmoec: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
