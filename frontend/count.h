@@ -3,7 +3,8 @@
  * Counts follow the tensors a Hugging Face checkpoint of the model holds
  * (norm weights, router weights and biases included; DeepSeek-V3's
  * multi-token-prediction module excluded). Active parameters per token count
- * the embedding row once, the attention and norms of every layer, top_k
+ * the embedding and LM head in full (as published figures do), attention
+ * and norms of every layer, top_k
  * routed experts, all shared experts, routers and the LM head. FLOPs per
  * token: 2 per multiply-add of every matrix a token passes through (LM head
  * included, embedding lookup excluded) plus causal attention scores and
