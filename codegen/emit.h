@@ -15,8 +15,10 @@ typedef struct {
 } xm_emitter_t;
 
 void xm_emitter_init(xm_emitter_t *e, xm_strbuf_t *out);
-/* Writes one line at the current depth; an empty format writes "\n". */
+/* Writes one line at the current depth. */
 void xm_emit(xm_emitter_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Writes an empty line (no indentation). */
+void xm_emit_blank(xm_emitter_t *e);
 static inline void xm_emit_indent(xm_emitter_t *e) { e->depth++; }
 static inline void xm_emit_dedent(xm_emitter_t *e) { if (e->depth > 0) e->depth--; }
 /* The header comment of a generated file. `comment` is the line-comment

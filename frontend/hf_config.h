@@ -14,7 +14,7 @@
 
 #include "frontend/spec.h"
 
-/* True when `root` looks like an HF config (has a string "model_type"). */
+/* True when `root` looks like an HF config (has a "model_type" key). */
 bool xm_hf_config_detect(const cJSON *root);
 
 /* Fills `spec` (already holding defaults) from an HF config object. Problems

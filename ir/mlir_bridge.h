@@ -2,8 +2,9 @@
  *
  * Export: one builtin.module (sym_name = module name) whose body holds one
  * generic-form op "xmoe.<name>" per IR op, builtin ranked tensor types
- * (dynamic dims as '?', their upper bounds in the tensor encoding as
- * array<i64: ...>), attributes as MLIR attributes (i64 integers, f64 floats,
+ * (dynamic dims as '?', the upper bounds of all dims in the tensor encoding
+ * as an array of i64, "tensor<?x64xf32, [256, 64]>": MLIR 19 cannot parse
+ * an array<i64: ...> encoding back), attributes as MLIR attributes (i64 integers, f64 floats,
  * bools, strings, dense i64/f64 arrays), sharding in the op attribute
  * "xmoe.shard" (one string per result, e.g. "_,ep"), module attributes as
  * attributes of the builtin.module with the prefix "xmoe.", and locations as

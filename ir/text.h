@@ -5,12 +5,12 @@
  * to the same double. parse(print(m)) prints byte for byte as print(m). The
  * grammar is in docs/ir.md. Example:
  *
- *   module @tiny {
- *     %0 = input() {name = "tokens"} : () -> i32[2, 64] loc("/training/seq_len")
- *     %1 = param() {init = "normal", name = "model.embed_tokens.weight", std = 0.02} : () -> f32[256, 64] loc("/model/vocab")
- *     %2 = embedding(%0, %1) : (i32[2, 64], f32[256, 64]) -> f32[2, 64, 64] loc("/model/hidden")
- *     %3, %4 = topk_route(%s, %b) {k = 2} : (...) -> (i32[128, 2], f32[128, 2]) loc("/moe/top_k")
- *     return(%9) : (f32[]) -> () loc("")
+ *   module @tiny attributes {seq_len = 64} {
+ *     %0 = input() {name = "tokens"} : i32[2, 64] loc("/training/seq_len")
+ *     %1 = param() {init = "normal", name = "model.embed_tokens.weight", std = 0.02} : f32[256, 64] loc("/model/vocab")
+ *     %2 = embedding(%0, %1) : f32[2, 64, 64] loc("/model/hidden")
+ *     %5, %6 = topk_route(%3, %4) {k = 2} : i32[128, 2], f32[128, 2] loc("/moe/top_k")
+ *     return(%9)
  *   }
  *
  * Types: dtype[d0, d1, ...]; a dynamic dim is "?" followed by its upper bound

@@ -1,13 +1,34 @@
-/* passes/registry.c — the table of passes, by name. */
+/* passes/registry.c — the table of passes, by name.
+ *
+ * Each pass file defines one const xm_pass_info_t; adding a pass means one
+ * extern line and one table entry here. The table is in the order --help
+ * lists passes; lookups are linear (a handful of entries).
+ */
 #include <string.h>
 
 #include "passes/pass.h"
 
-static const xm_pass_info_t *const k_passes[] = {NULL};
+extern const xm_pass_info_t xm_pass_canonicalize;
+extern const xm_pass_info_t xm_pass_dce;
+extern const xm_pass_info_t xm_pass_shape_infer;
+extern const xm_pass_info_t xm_pass_strip_locations;
 
-int xm_pass_count(void) { return 0; }
-const xm_pass_info_t *xm_pass_get(int i) { return k_passes[i]; }
+static const xm_pass_info_t *const k_passes[] = {
+    &xm_pass_canonicalize,    /* local rewrites + dead-op elimination */
+    &xm_pass_dce,             /* dead-op elimination only */
+    &xm_pass_shape_infer,     /* result types recomputed from operands */
+    &xm_pass_strip_locations, /* every loc set to "" */
+};
+
+enum { k_num_passes = (int)(sizeof k_passes / sizeof k_passes[0]) };
+
+int xm_pass_count(void) { return k_num_passes; }
+
+const xm_pass_info_t *xm_pass_get(int i) { return i >= 0 && i < k_num_passes ? k_passes[i] : NULL; }
+
 const xm_pass_info_t *xm_pass_find(const char *name) {
-  (void)name;
+  if (!name) return NULL;
+  for (int i = 0; i < k_num_passes; i++)
+    if (strcmp(k_passes[i]->name, name) == 0) return k_passes[i];
   return NULL;
 }

@@ -68,7 +68,7 @@ void xm_diag_print(const xm_diag_t *d, FILE *out) {
     const xm_diag_entry_t *e = &d->entries[i];
     if (e->file) fprintf(out, "%s: ", e->file);
     fprintf(out, "%s: ", names[e->level]);
-    if (e->place) fprintf(out, "%s: ", e->place);
+    if (e->place && e->place[0]) fprintf(out, "%s: ", e->place);
     fprintf(out, "%s\n", e->message);
   }
 }

@@ -1,0 +1,640 @@
+/* tests/unit/test_ir_model.c — the forward graph built from a spec
+ * (ir/model.c): op counts, parameter names and shapes against the Hugging
+ * Face layout, parameter totals computed by hand, routing variants,
+ * capacity's dynamic dims, locations, refusals, and the verifier's verdict.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/count.h"
+#include "frontend/spec.h"
+#include "ir/ir.h"
+#include "ir/model.h"
+#include "ir/verify.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+/* Every field the builder reads, set explicitly (the defaults may not be
+ * implemented yet). Hand counts of this spec are in test_tiny_params. */
+static xm_spec_t tiny_spec(void) {
+  xm_spec_t s;
+  memset(&s, 0, sizeof s);
+  strcpy(s.name, "tiny");
+  strcpy(s.model_type, "xmoec");
+  s.model.vocab = 64;
+  s.model.hidden = 32;
+  s.model.layers = 3;
+  s.model.heads = 4;
+  s.model.kv_heads = 2;
+  s.model.head_dim = 8;
+  s.model.rope_theta = 10000.0;
+  s.model.norm_eps = 1e-6;
+  s.model.first_k_dense = 1;
+  s.model.dense_ffn = 48;
+  s.model.attention = XM_ATTN_GQA;
+  s.model.qk_norm = XM_QK_NORM_NONE;
+  s.moe.experts = 8;
+  s.moe.shared_experts = 1;
+  s.moe.shared_ffn = 16;
+  s.moe.top_k = 2;
+  s.moe.expert_ffn = 16;
+  s.moe.activation = XM_ACT_SWIGLU;
+  s.moe.scoring = XM_SCORING_SOFTMAX;
+  s.moe.norm_topk_prob = true;
+  s.moe.routed_scaling = 1.0;
+  s.moe.n_group = 1;
+  s.moe.topk_group = 1;
+  s.moe.aux_alpha = 0.01;
+  s.training.seq_len = 8;
+  s.training.micro_batch = 2;
+  s.training.global_batch = 2;
+  return s;
+}
+
+static bool source_is_placeholder(const char *rel) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", XM_SOURCE_DIR, rel);
+  FILE *f = fopen(path, "r");
+  if (!f) return true;
+  char line[256] = "";
+  char *got = fgets(line, sizeof line, f);
+  fclose(f);
+  return !got || strstr(line, "PLACEHOLDER") != NULL;
+}
+
+static int64_t param_elements(const xm_ir_module_t *m);
+
+/* Builds, asserts success and (once the verifier exists) a clean verify. */
+static xm_ir_module_t *build_ok(const xm_spec_t *s) {
+  xm_diag_t d;
+  xm_diag_init(&d);
+  xm_ir_module_t *m = NULL;
+  xm_status_t st = xm_ir_build_model(s, "test.json", &d, &m);
+  if (st != XM_OK) xm_diag_print(&d, stderr);
+  assert_int_equal(st, XM_OK);
+  assert_non_null(m);
+  assert_int_equal(xm_diag_error_count(&d), 0);
+  if (!source_is_placeholder("ir/verify.c")) {
+    st = xm_ir_verify(m, &d);
+    if (st != XM_OK) xm_diag_print(&d, stderr);
+    assert_int_equal(st, XM_OK);
+    assert_int_equal(xm_diag_error_count(&d), 0);
+  }
+  xm_diag_free(&d);
+  /* The graph holds exactly the tensors `xmoec check` counts. */
+  if (!source_is_placeholder("frontend/count.c")) {
+    xm_count_t c;
+    xm_count_params(s, &c);
+    assert_int_equal(param_elements(m), c.total);
+  }
+  return m;
+}
+
+static int count_ops(const xm_ir_module_t *m, xm_ir_opcode_t code) {
+  int n = 0;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++)
+    if (xm_ir_module_op(m, i)->code == code) n++;
+  return n;
+}
+
+/* The n-th op (0-based) of a kind, or NULL. */
+static xm_ir_op_t *nth_op(const xm_ir_module_t *m, xm_ir_opcode_t code, int nth) {
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code == code && nth-- == 0) return op;
+  }
+  return NULL;
+}
+
+static xm_ir_op_t *find_param(const xm_ir_module_t *m, const char *name) {
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code == XM_OP_PARAM && strcmp(xm_ir_op_get_string(op, "name", ""), name) == 0)
+      return op;
+  }
+  return NULL;
+}
+
+/* Asserts a param exists with exactly these dims (static, f32). */
+static xm_ir_op_t *expect_param(const xm_ir_module_t *m, const char *name, int rank, int64_t d0,
+                                int64_t d1, int64_t d2) {
+  xm_ir_op_t *op = find_param(m, name);
+  if (!op) fprintf(stderr, "missing param %s\n", name);
+  assert_non_null(op);
+  const xm_ir_type_t *t = &op->results[0]->type;
+  int64_t want[3] = {d0, d1, d2};
+  assert_int_equal(t->dtype, XM_DT_F32);
+  assert_int_equal(t->rank, rank);
+  for (int i = 0; i < rank; i++) {
+    assert_int_equal(t->dims[i], want[i]);
+    assert_false(t->dynamic[i]);
+  }
+  return op;
+}
+
+static int64_t param_elements(const xm_ir_module_t *m) {
+  int64_t total = 0;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code == XM_OP_PARAM) total += xm_ir_type_numel(&op->results[0]->type);
+  }
+  return total;
+}
+
+static int64_t module_int(const xm_ir_module_t *m, const char *key) {
+  for (int i = 0; i < xm_ir_module_num_attrs(m); i++) {
+    const xm_ir_attr_t *a = xm_ir_module_attr(m, i);
+    if (strcmp(a->key, key) == 0) return a->i;
+  }
+  fail_msg("module attr %s missing", key);
+  return -1;
+}
+
+/* ---- the tiny spec ----------------------------------------------------- */
+
+static void test_tiny_op_counts(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  xm_ir_module_t *m = build_ok(&s);
+  /* 1 dense layer + 2 MoE layers; see the per-layer tally in the comments. */
+  assert_int_equal(count_ops(m, XM_OP_INPUT), 2);
+  assert_int_equal(count_ops(m, XM_OP_PARAM), 38);
+  assert_int_equal(count_ops(m, XM_OP_EMBEDDING), 1);
+  assert_int_equal(count_ops(m, XM_OP_ATTENTION), 3);
+  assert_int_equal(count_ops(m, XM_OP_ROPE), 6);
+  assert_int_equal(count_ops(m, XM_OP_RMSNORM), 7); /* 2 per layer + final */
+  assert_int_equal(count_ops(m, XM_OP_MATMUL),
+                   24); /* 12 attn, 3 dense, 2x(router+3 shared), head */
+  assert_int_equal(count_ops(m, XM_OP_RESHAPE), 16); /* 4 per layer, 2 per MoE layer */
+  assert_int_equal(count_ops(m, XM_OP_ADD), 10);     /* 2 residuals/layer, shared, 2 losses */
+  assert_int_equal(count_ops(m, XM_OP_SWIGLU), 5);
+  assert_int_equal(count_ops(m, XM_OP_GROUPED_MATMUL), 3 * 2);
+  assert_int_equal(count_ops(m, XM_OP_ROUTER_SCORE), 2);
+  assert_int_equal(count_ops(m, XM_OP_TOPK_ROUTE), 2);
+  assert_int_equal(count_ops(m, XM_OP_PERMUTE), 2);
+  assert_int_equal(count_ops(m, XM_OP_GATHER_ROWS), 2);
+  assert_int_equal(count_ops(m, XM_OP_SCATTER_COMBINE), 2);
+  assert_int_equal(count_ops(m, XM_OP_CONSTANT), 2); /* zero routing bias */
+  assert_int_equal(count_ops(m, XM_OP_AUX_LOSS), 2);
+  assert_int_equal(count_ops(m, XM_OP_CROSS_ENTROPY), 1);
+  assert_int_equal(count_ops(m, XM_OP_RETURN), 1);
+  assert_int_equal(count_ops(m, XM_OP_GELU), 0);
+  assert_int_equal(xm_ir_module_num_ops(m),
+                   2 + 38 + 1 + 3 + 6 + 7 + 24 + 16 + 10 + 5 + 6 + 2 * 6 + 2 + 1 + 1);
+  xm_ir_module_destroy(m);
+}
+
+static void test_tiny_params(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  xm_ir_module_t *m = build_ok(&s);
+  expect_param(m, "model.embed_tokens.weight", 2, 64, 32, 0);
+  expect_param(m, "model.layers.0.input_layernorm.weight", 1, 32, 0, 0);
+  expect_param(m, "model.layers.0.self_attn.q_proj.weight", 2, 32, 32, 0);
+  expect_param(m, "model.layers.0.self_attn.k_proj.weight", 2, 16, 32, 0);
+  expect_param(m, "model.layers.0.self_attn.v_proj.weight", 2, 16, 32, 0);
+  expect_param(m, "model.layers.2.self_attn.o_proj.weight", 2, 32, 32, 0);
+  expect_param(m, "model.layers.1.post_attention_layernorm.weight", 1, 32, 0, 0);
+  expect_param(m, "model.layers.0.mlp.gate_proj.weight", 2, 48, 32, 0);
+  expect_param(m, "model.layers.0.mlp.up_proj.weight", 2, 48, 32, 0);
+  expect_param(m, "model.layers.0.mlp.down_proj.weight", 2, 32, 48, 0);
+  expect_param(m, "model.layers.1.mlp.gate.weight", 2, 8, 32, 0);
+  expect_param(m, "model.layers.1.mlp.experts.{e}.gate_proj.weight", 3, 8, 16, 32);
+  expect_param(m, "model.layers.2.mlp.experts.{e}.up_proj.weight", 3, 8, 16, 32);
+  expect_param(m, "model.layers.2.mlp.experts.{e}.down_proj.weight", 3, 8, 32, 16);
+  expect_param(m, "model.layers.2.mlp.shared_experts.gate_proj.weight", 2, 16, 32, 0);
+  expect_param(m, "model.layers.2.mlp.shared_experts.down_proj.weight", 2, 32, 16, 0);
+  expect_param(m, "model.norm.weight", 1, 32, 0, 0);
+  expect_param(m, "lm_head.weight", 2, 64, 32, 0);
+  /* Dense layers have no router, MoE layers no dense FFN, softmax without
+   * aux-free balancing no correction bias, GQA without bias no biases. */
+  assert_null(find_param(m, "model.layers.0.mlp.gate.weight"));
+  assert_null(find_param(m, "model.layers.1.mlp.gate_proj.weight"));
+  assert_null(find_param(m, "model.layers.1.mlp.gate.e_score_correction_bias"));
+  assert_null(find_param(m, "model.layers.0.self_attn.q_proj.bias"));
+  assert_null(find_param(m, "model.layers.3.input_layernorm.weight"));
+
+  /* By hand: embed 64*32 = 2048; attention per layer 1024+512+512+1024 =
+   * 3072 plus norms 64, x3 = 9408; dense FFN 3*48*32 = 4608; per MoE layer
+   * router 256 + experts 3*8*16*32 = 12288 + shared 3*16*32 = 1536, x2 =
+   * 28160; final norm 32; lm_head 2048. */
+  assert_int_equal(param_elements(m), 2048 + 9408 + 4608 + 28160 + 32 + 2048);
+  assert_int_equal(param_elements(m), 46304);
+  if (!source_is_placeholder("frontend/count.c")) {
+    xm_count_t c;
+    xm_count_params(&s, &c);
+    assert_int_equal(c.total, 46304);
+  }
+
+  /* Init rules: normal 0.02, output projections scaled by 1/sqrt(2L). */
+  xm_ir_op_t *q = find_param(m, "model.layers.0.self_attn.q_proj.weight");
+  assert_string_equal(xm_ir_op_get_string(q, "init", ""), "normal");
+  assert_true(fabs(xm_ir_op_get_float(q, "std", 0) - 0.02) < 1e-15);
+  xm_ir_op_t *o = find_param(m, "model.layers.0.self_attn.o_proj.weight");
+  assert_true(fabs(xm_ir_op_get_float(o, "std", 0) - 0.02 / sqrt(6.0)) < 1e-15);
+  xm_ir_op_t *dd = find_param(m, "model.layers.0.mlp.down_proj.weight");
+  assert_true(fabs(xm_ir_op_get_float(dd, "std", 0) - 0.02 / sqrt(6.0)) < 1e-15);
+  xm_ir_op_t *n = find_param(m, "model.norm.weight");
+  assert_string_equal(xm_ir_op_get_string(n, "init", ""), "ones");
+  assert_null(xm_ir_op_attr(n, "std"));
+  xm_ir_module_destroy(m);
+}
+
+static void test_tiny_layers_and_module(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  xm_ir_module_t *m = build_ok(&s);
+  assert_string_equal(xm_ir_module_name(m), "tiny");
+  assert_int_equal(module_int(m, "layers"), 3);
+  assert_int_equal(module_int(m, "experts"), 8);
+  assert_int_equal(module_int(m, "top_k"), 2);
+  assert_int_equal(module_int(m, "micro_batch"), 2);
+  assert_int_equal(module_int(m, "seq_len"), 8);
+
+  /* Params of a layer carry its index; global params none. */
+  assert_int_equal(xm_ir_op_get_int(find_param(m, "model.layers.2.mlp.gate.weight"), "layer", -1),
+                   2);
+  assert_int_equal(
+      xm_ir_op_get_int(find_param(m, "model.layers.0.input_layernorm.weight"), "layer", -1), 0);
+  assert_null(xm_ir_op_attr(find_param(m, "model.embed_tokens.weight"), "layer"));
+  assert_null(xm_ir_op_attr(find_param(m, "lm_head.weight"), "layer"));
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(xm_ir_op_get_int(nth_op(m, XM_OP_ATTENTION, i), "layer", -1), i);
+  assert_int_equal(xm_ir_op_get_int(nth_op(m, XM_OP_AUX_LOSS, 1), "layer", -1), 2);
+  assert_null(xm_ir_op_attr(nth_op(m, XM_OP_CROSS_ENTROPY, 0), "layer"));
+  /* Layers are contiguous: the layer attr never decreases along the ops. */
+  int64_t last = -1;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    int64_t l = xm_ir_op_get_int(xm_ir_module_op(m, i), "layer", -1);
+    if (l >= 0) {
+      assert_true(l >= last);
+      last = l;
+    }
+  }
+  assert_int_equal(last, 2);
+
+  /* Shapes along the path. */
+  xm_ir_op_t *emb = nth_op(m, XM_OP_EMBEDDING, 0);
+  assert_int_equal(emb->results[0]->type.rank, 3);
+  assert_int_equal(emb->results[0]->type.dims[2], 32);
+  xm_ir_op_t *att = nth_op(m, XM_OP_ATTENTION, 0);
+  assert_int_equal(att->operands[0]->type.dims[2], 4);
+  assert_int_equal(att->operands[1]->type.dims[2], 2);
+  assert_int_equal(att->operands[1]->type.dims[3], 8);
+  assert_true(fabs(xm_ir_op_get_float(att, "scale", 0) - 1.0 / sqrt(8.0)) < 1e-15);
+  assert_true(xm_ir_op_get_float(nth_op(m, XM_OP_ROPE, 0), "theta", 0) == 10000.0);
+  assert_true(xm_ir_op_get_float(nth_op(m, XM_OP_RMSNORM, 0), "eps", 0) == 1e-6);
+  xm_ir_op_t *tk = nth_op(m, XM_OP_TOPK_ROUTE, 0);
+  assert_int_equal(tk->results[0]->type.dtype, XM_DT_I32);
+  assert_int_equal(tk->results[0]->type.dims[0], 16);
+  assert_int_equal(tk->results[0]->type.dims[1], 2);
+  assert_int_equal(xm_ir_op_get_int(tk, "k", 0), 2);
+  assert_string_equal(xm_ir_op_get_string(tk, "scoring", ""), "softmax");
+  xm_ir_op_t *pm = nth_op(m, XM_OP_PERMUTE, 0);
+  assert_int_equal(xm_ir_op_get_int(pm, "capacity", -1), 0);
+  assert_int_equal(xm_ir_op_get_int(pm, "num_experts", -1), 8);
+  assert_int_equal(pm->results[0]->type.dims[0], 32);
+  assert_false(pm->results[0]->type.dynamic[0]);
+  assert_int_equal(pm->results[2]->type.dims[0], 8);
+  xm_ir_op_t *lm = nth_op(m, XM_OP_MATMUL, 23);
+  assert_ptr_equal(lm->operands[1], find_param(m, "lm_head.weight")->results[0]);
+  assert_int_equal(lm->results[0]->type.dims[2], 64);
+  xm_ir_module_destroy(m);
+}
+
+static void test_tiny_return_and_locations(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  xm_ir_module_t *m = build_ok(&s);
+  xm_ir_op_t *ret = xm_ir_module_op(m, xm_ir_module_num_ops(m) - 1);
+  assert_int_equal(ret->code, XM_OP_RETURN);
+  assert_int_equal(ret->num_operands, 2);
+  xm_ir_op_t *ce = nth_op(m, XM_OP_CROSS_ENTROPY, 0);
+  assert_ptr_equal(ret->operands[1], ce->results[0]);
+  assert_int_equal(ret->operands[1]->type.rank, 0);
+  /* loss = (ce + aux_1) + aux_2 */
+  xm_ir_op_t *sum2 = ret->operands[0]->def;
+  assert_int_equal(sum2->code, XM_OP_ADD);
+  assert_ptr_equal(sum2->operands[1], nth_op(m, XM_OP_AUX_LOSS, 1)->results[0]);
+  xm_ir_op_t *sum1 = sum2->operands[0]->def;
+  assert_int_equal(sum1->code, XM_OP_ADD);
+  assert_ptr_equal(sum1->operands[0], ce->results[0]);
+  assert_ptr_equal(sum1->operands[1], nth_op(m, XM_OP_AUX_LOSS, 0)->results[0]);
+  assert_true(xm_ir_op_get_float(nth_op(m, XM_OP_AUX_LOSS, 0), "alpha", 0) == 0.01);
+
+  assert_string_equal(nth_op(m, XM_OP_INPUT, 0)->loc, "/training/seq_len");
+  assert_string_equal(xm_ir_op_get_string(nth_op(m, XM_OP_INPUT, 1), "name", ""), "labels");
+  assert_string_equal(nth_op(m, XM_OP_EMBEDDING, 0)->loc, "/model/vocab");
+  assert_string_equal(nth_op(m, XM_OP_ATTENTION, 0)->loc, "/model/heads");
+  assert_string_equal(nth_op(m, XM_OP_ROPE, 0)->loc, "/model/rope_theta");
+  assert_string_equal(nth_op(m, XM_OP_RMSNORM, 0)->loc, "/model/norm_eps");
+  assert_string_equal(nth_op(m, XM_OP_ROUTER_SCORE, 0)->loc, "/moe/experts");
+  assert_string_equal(nth_op(m, XM_OP_TOPK_ROUTE, 0)->loc, "/moe/top_k");
+  assert_string_equal(nth_op(m, XM_OP_PERMUTE, 0)->loc, "/moe/experts");
+  assert_string_equal(nth_op(m, XM_OP_GROUPED_MATMUL, 0)->loc, "/moe/expert_ffn");
+  assert_string_equal(nth_op(m, XM_OP_AUX_LOSS, 0)->loc, "/moe/aux_alpha");
+  assert_string_equal(ce->loc, "/model/vocab");
+  assert_string_equal(find_param(m, "model.layers.0.mlp.up_proj.weight")->loc, "/model/dense_ffn");
+  assert_string_equal(find_param(m, "model.layers.1.mlp.shared_experts.up_proj.weight")->loc,
+                      "/moe/shared_experts");
+  xm_ir_module_destroy(m);
+}
+
+/* ---- variants ---------------------------------------------------------- */
+
+static void test_no_aux_loss(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.moe.aux_alpha = 0;
+  xm_ir_module_t *m = build_ok(&s);
+  assert_int_equal(count_ops(m, XM_OP_AUX_LOSS), 0);
+  assert_int_equal(count_ops(m, XM_OP_ADD), 8);
+  xm_ir_op_t *ret = nth_op(m, XM_OP_RETURN, 0);
+  xm_ir_value_t *ce = nth_op(m, XM_OP_CROSS_ENTROPY, 0)->results[0];
+  assert_ptr_equal(ret->operands[0], ce);
+  assert_ptr_equal(ret->operands[1], ce);
+  xm_ir_module_destroy(m);
+}
+
+static void test_gelu_experts(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.moe.activation = XM_ACT_GELU;
+  xm_ir_module_t *m = build_ok(&s);
+  assert_null(find_param(m, "model.layers.1.mlp.experts.{e}.gate_proj.weight"));
+  expect_param(m, "model.layers.1.mlp.experts.{e}.up_proj.weight", 3, 8, 16, 32);
+  expect_param(m, "model.layers.1.mlp.experts.{e}.down_proj.weight", 3, 8, 32, 16);
+  /* Shared experts and the dense layer stay SwiGLU. */
+  expect_param(m, "model.layers.1.mlp.shared_experts.gate_proj.weight", 2, 16, 32, 0);
+  assert_int_equal(count_ops(m, XM_OP_PARAM), 36);
+  assert_int_equal(count_ops(m, XM_OP_GROUPED_MATMUL), 4);
+  assert_int_equal(count_ops(m, XM_OP_GELU), 2);
+  assert_int_equal(count_ops(m, XM_OP_SWIGLU), 3);
+  assert_int_equal(param_elements(m), 46304 - 2 * 8 * 16 * 32);
+  xm_ir_op_t *g = nth_op(m, XM_OP_GELU, 0);
+  assert_int_equal(g->operands[0]->def->code, XM_OP_GROUPED_MATMUL);
+  assert_int_equal(g->results[0]->type.dims[1], 16);
+  xm_ir_module_destroy(m);
+}
+
+static void test_tied_embeddings(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.model.tied_embeddings = true;
+  xm_ir_module_t *m = build_ok(&s);
+  assert_null(find_param(m, "lm_head.weight"));
+  assert_int_equal(count_ops(m, XM_OP_PARAM), 37);
+  assert_int_equal(param_elements(m), 46304 - 2048);
+  xm_ir_op_t *lm = nth_op(m, XM_OP_MATMUL, 23);
+  assert_ptr_equal(lm->operands[1], find_param(m, "model.embed_tokens.weight")->results[0]);
+  assert_int_equal(lm->operands[1]->num_uses, 2);
+  xm_ir_module_destroy(m);
+}
+
+static void expect_capacity(double cf, int64_t want) {
+  xm_spec_t s = tiny_spec();
+  s.moe.has_capacity = true;
+  s.moe.capacity_factor = cf;
+  xm_ir_module_t *m = build_ok(&s);
+  xm_ir_op_t *pm = nth_op(m, XM_OP_PERMUTE, 1);
+  assert_int_equal(xm_ir_op_get_int(pm, "capacity", -1), want);
+  assert_string_equal(pm->loc, "/moe/capacity_factor");
+  for (int r = 0; r < 2; r++) {
+    assert_true(pm->results[r]->type.dynamic[0]);
+    assert_int_equal(pm->results[r]->type.dims[0], 32); /* bound T*k */
+  }
+  assert_false(pm->results[2]->type.dynamic[0]);
+  xm_ir_op_t *ga = nth_op(m, XM_OP_GATHER_ROWS, 1);
+  assert_true(ga->results[0]->type.dynamic[0]);
+  assert_int_equal(ga->results[0]->type.dims[0], 32);
+  assert_false(ga->results[0]->type.dynamic[1]);
+  for (int i = 0; i < 6; i++) {
+    xm_ir_op_t *gm = nth_op(m, XM_OP_GROUPED_MATMUL, i);
+    assert_true(gm->results[0]->type.dynamic[0]);
+    assert_int_equal(gm->results[0]->type.dims[0], 32);
+  }
+  xm_ir_op_t *sc = nth_op(m, XM_OP_SCATTER_COMBINE, 1);
+  assert_false(sc->results[0]->type.dynamic[0]);
+  assert_int_equal(sc->results[0]->type.dims[0], 16);
+  xm_ir_module_destroy(m);
+}
+
+static void test_capacity_dynamic_dims(void **state) {
+  (void)state;
+  /* T = 16, k = 2, E = 8: C = ceil(cf * 32 / 8). */
+  expect_capacity(1.25, 5);
+  expect_capacity(1.0, 4);
+  expect_capacity(1.1, 5); /* 4.4 */
+  expect_capacity(0.3, 2); /* 1.2 */
+}
+
+static void test_sigmoid_group_limited(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.moe.scoring = XM_SCORING_SIGMOID;
+  s.moe.n_group = 4;
+  s.moe.topk_group = 2;
+  s.moe.routed_scaling = 2.5;
+  s.moe.norm_topk_prob = false;
+  xm_ir_module_t *m = build_ok(&s);
+  xm_ir_op_t *b = expect_param(m, "model.layers.1.mlp.gate.e_score_correction_bias", 1, 8, 0, 0);
+  assert_false(xm_ir_op_get_bool(b, "trainable", true));
+  assert_string_equal(xm_ir_op_get_string(b, "init", ""), "zeros");
+  assert_string_equal(b->loc, "/moe/experts");
+  assert_int_equal(count_ops(m, XM_OP_CONSTANT), 0);
+  assert_int_equal(count_ops(m, XM_OP_PARAM), 40);
+  assert_int_equal(param_elements(m), 46304 + 2 * 8);
+  assert_true(
+      xm_ir_op_get_bool(find_param(m, "model.layers.1.mlp.gate.weight"), "trainable", true));
+  xm_ir_op_t *tk = nth_op(m, XM_OP_TOPK_ROUTE, 0);
+  assert_ptr_equal(tk->operands[1], b->results[0]);
+  assert_int_equal(xm_ir_op_get_int(tk, "n_group", 0), 4);
+  assert_int_equal(xm_ir_op_get_int(tk, "topk_group", 0), 2);
+  assert_false(xm_ir_op_get_bool(tk, "norm_topk_prob", true));
+  assert_true(xm_ir_op_get_float(tk, "routed_scaling", 0) == 2.5);
+  assert_string_equal(xm_ir_op_get_string(tk, "scoring", ""), "sigmoid");
+  assert_string_equal(xm_ir_op_get_string(nth_op(m, XM_OP_ROUTER_SCORE, 1), "scoring", ""),
+                      "sigmoid");
+  xm_ir_module_destroy(m);
+}
+
+static void test_aux_free_bias(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.moe.aux_free_gamma = 0.001;
+  s.moe.aux_alpha = 0;
+  xm_ir_module_t *m = build_ok(&s);
+  xm_ir_op_t *b = expect_param(m, "model.layers.2.mlp.gate.e_score_correction_bias", 1, 8, 0, 0);
+  assert_false(xm_ir_op_get_bool(b, "trainable", true));
+  assert_string_equal(b->loc, "/moe/aux_free_gamma");
+  assert_int_equal(count_ops(m, XM_OP_CONSTANT), 0);
+  assert_int_equal(count_ops(m, XM_OP_AUX_LOSS), 0);
+  xm_ir_module_destroy(m);
+}
+
+static void test_zero_bias_constant(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  xm_ir_module_t *m = build_ok(&s);
+  xm_ir_op_t *c = nth_op(m, XM_OP_CONSTANT, 0);
+  assert_int_equal(c->results[0]->type.rank, 1);
+  assert_int_equal(c->results[0]->type.dims[0], 8);
+  assert_true(xm_ir_op_get_float(c, "value", 1.0) == 0.0);
+  assert_ptr_equal(nth_op(m, XM_OP_TOPK_ROUTE, 0)->operands[1], c->results[0]);
+  xm_ir_module_destroy(m);
+}
+
+static void test_qk_norm_head(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.model.qk_norm = XM_QK_NORM_HEAD;
+  xm_ir_module_t *m = build_ok(&s);
+  expect_param(m, "model.layers.0.self_attn.q_norm.weight", 1, 8, 0, 0);
+  expect_param(m, "model.layers.2.self_attn.k_norm.weight", 1, 8, 0, 0);
+  assert_null(find_param(m, "model.layers.0.self_attn.v_norm.weight"));
+  assert_int_equal(count_ops(m, XM_OP_RMSNORM), 7 + 6);
+  assert_int_equal(param_elements(m), 46304 + 3 * 16);
+  /* Per-head norm sits between the reshape and RoPE. */
+  xm_ir_op_t *qn = nth_op(m, XM_OP_RMSNORM, 1);
+  assert_int_equal(qn->operands[0]->type.rank, 4);
+  assert_int_equal(qn->operands[0]->def->code, XM_OP_RESHAPE);
+  assert_int_equal(nth_op(m, XM_OP_ROPE, 0)->operands[0]->def->code, XM_OP_RMSNORM);
+  xm_ir_module_destroy(m);
+}
+
+static void test_qk_norm_full(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.model.qk_norm = XM_QK_NORM_FULL;
+  xm_ir_module_t *m = build_ok(&s);
+  expect_param(m, "model.layers.1.self_attn.q_norm.weight", 1, 32, 0, 0);
+  expect_param(m, "model.layers.1.self_attn.k_norm.weight", 1, 16, 0, 0);
+  assert_int_equal(param_elements(m), 46304 + 3 * 48);
+  /* Whole-projection norm sits between the matmul and the reshape. */
+  xm_ir_op_t *qn = nth_op(m, XM_OP_RMSNORM, 1);
+  assert_int_equal(qn->operands[0]->type.rank, 3);
+  assert_int_equal(qn->operands[0]->def->code, XM_OP_MATMUL);
+  assert_int_equal(nth_op(m, XM_OP_ROPE, 0)->operands[0]->def->code, XM_OP_RESHAPE);
+  xm_ir_module_destroy(m);
+}
+
+static void test_attention_bias(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.model.attention_bias = true;
+  xm_ir_module_t *m = build_ok(&s);
+  xm_ir_op_t *qb = expect_param(m, "model.layers.0.self_attn.q_proj.bias", 1, 32, 0, 0);
+  assert_string_equal(xm_ir_op_get_string(qb, "init", ""), "zeros");
+  expect_param(m, "model.layers.0.self_attn.k_proj.bias", 1, 16, 0, 0);
+  expect_param(m, "model.layers.2.self_attn.v_proj.bias", 1, 16, 0, 0);
+  assert_null(find_param(m, "model.layers.0.self_attn.o_proj.bias"));
+  assert_int_equal(count_ops(m, XM_OP_PARAM), 38 + 9);
+  assert_int_equal(count_ops(m, XM_OP_ADD), 10 + 9);
+  assert_int_equal(param_elements(m), 46304 + 3 * 64);
+  xm_ir_module_destroy(m);
+}
+
+static void test_dense_only(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.moe.experts = 0;
+  s.moe.top_k = 0;
+  s.moe.shared_experts = 0;
+  s.moe.shared_ffn = 0;
+  s.moe.expert_ffn = 0;
+  s.model.first_k_dense = 0;
+  xm_ir_module_t *m = build_ok(&s);
+  assert_int_equal(count_ops(m, XM_OP_TOPK_ROUTE), 0);
+  assert_int_equal(count_ops(m, XM_OP_GROUPED_MATMUL), 0);
+  assert_int_equal(count_ops(m, XM_OP_AUX_LOSS), 0);
+  assert_int_equal(count_ops(m, XM_OP_PARAM), 1 + 3 * 9 + 2);
+  for (int i = 0; i < 3; i++) {
+    char name[80];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", i);
+    expect_param(m, name, 2, 32, 48, 0);
+  }
+  assert_int_equal(param_elements(m), 2048 + 9408 + 3 * 4608 + 32 + 2048);
+  assert_int_equal(module_int(m, "experts"), 0);
+  xm_ir_module_destroy(m);
+}
+
+static void test_unnamed_and_single_layer(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.name[0] = '\0';
+  s.model.layers = 1;
+  s.model.first_k_dense = 0;
+  xm_ir_module_t *m = build_ok(&s);
+  assert_string_equal(xm_ir_module_name(m), "model");
+  assert_int_equal(count_ops(m, XM_OP_GROUPED_MATMUL), 3);
+  xm_ir_op_t *o = find_param(m, "model.layers.0.mlp.experts.{e}.down_proj.weight");
+  assert_true(fabs(xm_ir_op_get_float(o, "std", 0) - 0.02 / sqrt(2.0)) < 1e-15);
+  xm_ir_module_destroy(m);
+}
+
+/* ---- refusals ---------------------------------------------------------- */
+
+static void expect_unsupported(const xm_spec_t *s, const char *place, const char *words) {
+  xm_diag_t d;
+  xm_diag_init(&d);
+  xm_ir_module_t *m = (xm_ir_module_t *)&d; /* must be overwritten */
+  assert_int_equal(xm_ir_build_model(s, "m.json", &d, &m), XM_ERR_UNSUPPORTED);
+  assert_null(m);
+  int at = xm_diag_find(&d, place);
+  assert_true(at >= 0);
+  assert_int_equal(d.entries[at].level, XM_DIAG_ERROR);
+  assert_string_equal(d.entries[at].file, "m.json");
+  assert_non_null(strstr(d.entries[at].message, words));
+  xm_diag_free(&d);
+}
+
+static void test_mla_unsupported(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.model.attention = XM_ATTN_MLA;
+  s.model.kv_lora_rank = 16;
+  s.model.qk_nope_head_dim = 8;
+  s.model.qk_rope_head_dim = 4;
+  s.model.v_head_dim = 8;
+  expect_unsupported(&s, "/model/attention",
+                     "MLA attention (DeepSeek-V2/V3) is counted and planned by xmoec, but "
+                     "training it is not supported yet");
+}
+
+static void test_shared_gate_unsupported(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.moe.shared_expert_gate = true;
+  expect_unsupported(&s, "/moe/shared_expert_gate", "not supported yet");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tiny_op_counts),
+      cmocka_unit_test(test_tiny_params),
+      cmocka_unit_test(test_tiny_layers_and_module),
+      cmocka_unit_test(test_tiny_return_and_locations),
+      cmocka_unit_test(test_no_aux_loss),
+      cmocka_unit_test(test_gelu_experts),
+      cmocka_unit_test(test_tied_embeddings),
+      cmocka_unit_test(test_capacity_dynamic_dims),
+      cmocka_unit_test(test_sigmoid_group_limited),
+      cmocka_unit_test(test_aux_free_bias),
+      cmocka_unit_test(test_zero_bias_constant),
+      cmocka_unit_test(test_qk_norm_head),
+      cmocka_unit_test(test_qk_norm_full),
+      cmocka_unit_test(test_attention_bias),
+      cmocka_unit_test(test_dense_only),
+      cmocka_unit_test(test_unnamed_and_single_layer),
+      cmocka_unit_test(test_mla_unsupported),
+      cmocka_unit_test(test_shared_gate_unsupported),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
