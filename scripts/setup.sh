@@ -6,7 +6,9 @@
 # Usage: bash scripts/setup.sh
 # Environment: XM_SETUP_GPU=1 also installs the ROCm/HIP group (hipcc,
 # libamdhip64-dev, rocm-device-libs), which only the GPU backend needs.
-# Runs as root directly (CI) and through sudo otherwise.
+# Runs as root directly (CI) and through sudo otherwise. OpenMP: gcc brings
+# libgomp; libomp-dev is the LLVM runtime the clang-19 sanitizer build uses
+# (scripts/test.sh; libomp-19-dev would also do and is then preferred).
 set -euo pipefail
 
 packages=(
@@ -16,6 +18,7 @@ packages=(
   clang-19 libclang-rt-19-dev
   openmpi-bin libopenmpi-dev
   libopenblas-dev
+  libomp-dev
   python3
 )
 gpu_packages=(hipcc libamdhip64-dev rocm-device-libs)
