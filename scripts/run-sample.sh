@@ -42,13 +42,15 @@ step "xmoec check samples/tiny.json"
 
 step "xmoec ir samples/tiny.json (first 20 lines)"
 ir_text=$("$xmoec" ir samples/tiny.json)
-printf '%s\n' "$ir_text" | head -n 20
-echo "... ($(printf '%s\n' "$ir_text" | wc -l) lines)"
+# A here-string, not a pipe: head closing early would end printf with
+# SIGPIPE, which pipefail turns into a failure.
+head -n 20 <<<"$ir_text"
+echo "... ($(wc -l <<<"$ir_text") lines)"
 
 step "xmoec ir samples/tiny.json --emit=mlir | mlir-opt-19 --allow-unregistered-dialect"
 mlir_text=$("$xmoec" ir samples/tiny.json --emit=mlir)
 printf '%s\n' "$mlir_text" | "$mlir_opt" --allow-unregistered-dialect >/dev/null
-echo "mlir-opt-19 verified the exported module ($(printf '%s\n' "$mlir_text" | grep -c '"xmoe\.') xmoe ops)"
+echo "mlir-opt-19 verified the exported module ($(grep -c '"xmoe\.' <<<"$mlir_text") xmoe ops)"
 
 step "xmoec check samples/hf/deepseek-v3.json"
 "$xmoec" check samples/hf/deepseek-v3.json

@@ -7,8 +7,10 @@
 # Environment: XM_SETUP_GPU=1 also installs the ROCm/HIP group (hipcc,
 # libamdhip64-dev, rocm-device-libs), which only the GPU backend needs.
 # Runs as root directly (CI) and through sudo otherwise. OpenMP: gcc brings
-# libgomp; libomp-dev is the LLVM runtime the clang-19 sanitizer build uses
-# (scripts/test.sh; libomp-19-dev would also do and is then preferred).
+# libgomp; libomp-19-dev is the runtime of the clang-19 sanitizer build.
+# python3-torch and python3-numpy are the independent reference of the
+# end-to-end tests and the PyTorch baseline of the benchmarks (never a
+# dependency of xmoec itself).
 set -euo pipefail
 
 packages=(
@@ -18,8 +20,8 @@ packages=(
   clang-19 libclang-rt-19-dev
   openmpi-bin libopenmpi-dev
   libopenblas-dev
-  libomp-dev
-  python3
+  libomp-19-dev
+  python3 python3-torch python3-numpy
 )
 gpu_packages=(hipcc libamdhip64-dev rocm-device-libs)
 if [[ "${XM_SETUP_GPU:-0}" == "1" ]]; then
