@@ -22,8 +22,15 @@
  * Nothing here trusts the module: counts, pointers, ranks and dtypes are
  * checked before they are used to index, so a broken module (parsed text,
  * a buggy pass) gives messages, never a crash.
+ *
+ * The training ops (backward, state, optimizer) have their rules in
+ * ir/verify_train.c, reached from apply_rule; the helpers they share with
+ * this file are exported through ir/verify_internal.h. The attribute
+ * phase ("fwd" | "bwd" | "step", set by autodiff) is checked on every op
+ * when present and never required.
  */
 #include "ir/verify.h"
+#include "ir/verify_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,9 +40,7 @@
 /* ---- formatting -------------------------------------------------------- */
 
 /* Room for "bf16[" + 6 dims of "?" + 19 digits + "/node" + ", " + "]". */
-typedef struct {
-  char s[256];
-} type_text_t;
+typedef xm_ir_type_text_t type_text_t;
 
 static bool dtype_ok(xm_dtype_t dt) { return (int)dt >= 0 && dt < XM_DT_COUNT_; }
 
@@ -69,12 +74,7 @@ static dim_text_t dim_text(const xm_ir_type_t *t, int i) {
 
 /* ---- rule context ------------------------------------------------------ */
 
-typedef struct {
-  const xm_ir_op_t *op;
-  xm_diag_t *diag;
-  const char *place;
-  int errors;
-} rule_ctx_t;
+typedef xm_ir_rule_ctx_t rule_ctx_t;
 
 static void rule_error(rule_ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void rule_error(rule_ctx_t *c, const char *fmt, ...) {
@@ -218,6 +218,46 @@ static void set_scalar_f32(xm_ir_type_t *out) { set_result(out, XM_DT_F32, 0, NU
 
 /* Same type as operand i, sharding included (elementwise ops). */
 static void same_as(rule_ctx_t *c, int i, xm_ir_type_t *out) { *out = *in(c, i); }
+
+/* ---- helpers shared with verify_train.c (verify_internal.h) ------------ */
+
+xm_ir_type_text_t xm_ir_type_text(const xm_ir_type_t *t) { return type_text(t); }
+
+void xm_ir_rule_error(xm_ir_rule_ctx_t *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  xm_diag_addv(c->diag, XM_DIAG_ERROR, NULL, c->place, fmt, ap);
+  va_end(ap);
+  c->errors++;
+}
+
+bool xm_ir_rule_need_rank(xm_ir_rule_ctx_t *c, int i, int rank) { return need_rank(c, i, rank); }
+bool xm_ir_rule_need_float(xm_ir_rule_ctx_t *c, int i) { return need_float(c, i); }
+bool xm_ir_rule_need_dtype(xm_ir_rule_ctx_t *c, int i, xm_dtype_t dt) {
+  return need_dtype(c, i, dt);
+}
+bool xm_ir_rule_need_index(xm_ir_rule_ctx_t *c, int i) { return need_index(c, i); }
+bool xm_ir_rule_need_dim_eq(xm_ir_rule_ctx_t *c, const char *what, int i, int di, int j, int dj) {
+  return need_dim_eq(c, what, i, di, j, dj);
+}
+bool xm_ir_rule_attr_int(xm_ir_rule_ctx_t *c, const char *key, int64_t lo, int64_t hi,
+                         int64_t *out) {
+  return attr_int(c, key, lo, hi, out);
+}
+bool xm_ir_rule_attr_float(xm_ir_rule_ctx_t *c, const char *key, bool required) {
+  return attr_float(c, key, required);
+}
+bool xm_ir_rule_attr_bool(xm_ir_rule_ctx_t *c, const char *key, bool required) {
+  return attr_bool(c, key, required);
+}
+const char *xm_ir_rule_attr_choice(xm_ir_rule_ctx_t *c, const char *key, const char *const *choices,
+                                   bool required) {
+  return attr_choice(c, key, choices, required);
+}
+void xm_ir_rule_set_result(xm_ir_type_t *out, xm_dtype_t dt, int rank, const int64_t *dims,
+                           const bool *dynamic) {
+  set_result(out, dt, rank, dims, dynamic);
+}
 
 /* ---- rules: elementwise and shape -------------------------------------- */
 
@@ -639,6 +679,9 @@ static bool arity_ok(rule_ctx_t *c) {
   return ok;
 }
 
+/* Set by autodiff on every op; the forward graph has none. */
+static const char *const k_phase_choices[] = {"fwd", "bwd", "step", NULL};
+
 static void apply_rule(rule_ctx_t *c, xm_ir_type_t *out) {
   switch (c->op->code) {
   case XM_OP_INPUT:
@@ -671,6 +714,31 @@ static void apply_rule(rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_REDUCE_SCATTER:
   case XM_OP_ALL_TO_ALL:
   case XM_OP_NARROW: rule_collective(c, out); break;
+  case XM_OP_MATMUL_DX:
+  case XM_OP_MATMUL_DW:
+  case XM_OP_REDUCE_TO:
+  case XM_OP_RMSNORM_GRAD:
+  case XM_OP_ROPE_GRAD:
+  case XM_OP_ATTENTION_GRAD:
+  case XM_OP_EMBEDDING_GRAD:
+  case XM_OP_SWIGLU_GRAD:
+  case XM_OP_SILU_GRAD:
+  case XM_OP_GELU_GRAD:
+  case XM_OP_SIGMOID_GRAD:
+  case XM_OP_CROSS_ENTROPY_GRAD:
+  case XM_OP_AUX_LOSS_GRAD:
+  case XM_OP_ROUTER_SCORE_GRAD:
+  case XM_OP_TOPK_ROUTE_GRAD:
+  case XM_OP_GATHER_ROWS_GRAD:
+  case XM_OP_GROUPED_MATMUL_DX:
+  case XM_OP_GROUPED_MATMUL_DW:
+  case XM_OP_SCATTER_COMBINE_GRAD:
+  case XM_OP_STATE:
+  case XM_OP_ACCUMULATE:
+  case XM_OP_GRAD_NORM_SQ:
+  case XM_OP_ADAMW:
+  case XM_OP_AUX_FREE_UPDATE:
+  case XM_OP_ZERO: xm_ir_verify_train_rule(c, out); break;
   case XM_OP_COUNT_: break;
   }
 }
@@ -699,6 +767,7 @@ static xm_status_t infer_at(const xm_ir_op_t *op, const char *place, xm_diag_t *
     if (why) rule_error(&c, "result %d has %s", i, why);
   }
   if (c.errors) return XM_ERR_INVALID_INPUT;
+  attr_choice(&c, "phase", k_phase_choices, false);
   apply_rule(&c, out_types);
   return c.errors ? XM_ERR_INVALID_INPUT : XM_OK;
 }

@@ -8,16 +8,22 @@
 
 #include "passes/pass.h"
 
+extern const xm_pass_info_t xm_pass_autodiff;
 extern const xm_pass_info_t xm_pass_canonicalize;
 extern const xm_pass_info_t xm_pass_dce;
 extern const xm_pass_info_t xm_pass_shape_infer;
 extern const xm_pass_info_t xm_pass_strip_locations;
+extern const xm_pass_info_t xm_pass_plan_memory;
+extern const xm_pass_info_t xm_pass_schedule;
 
 static const xm_pass_info_t *const k_passes[] = {
+    &xm_pass_autodiff,        /* backward graph + optimizer step */
     &xm_pass_canonicalize,    /* local rewrites + dead-op elimination */
     &xm_pass_dce,             /* dead-op elimination only */
     &xm_pass_shape_infer,     /* result types recomputed from operands */
     &xm_pass_strip_locations, /* every loc set to "" */
+    &xm_pass_plan_memory,     /* liveness -> offsets in the arenas */
+    &xm_pass_schedule,        /* micro/step op order checked and recorded */
 };
 
 enum { k_num_passes = (int)(sizeof k_passes / sizeof k_passes[0]) };

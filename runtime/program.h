@@ -96,4 +96,11 @@ extern const xm_rt_program_t xm_program;
  * clip_grad_norm_). */
 float xm_rt_clip_coef(float norm_sq, float clip);
 
+/* Stops the program from generated code (a data-dependent size over the
+ * bound the memory plan reserved, ...): prints "xmoec: rank R: <message>"
+ * and ends every rank with exit code 1 (xm_rt_abort). With no context yet
+ * (x->ctx NULL, e.g. a test harness) it prints and exits. Never returns. */
+void xm_rt_fail(const xm_rt_exec_t *x, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+
 #endif /* XM_RUNTIME_PROGRAM_H */

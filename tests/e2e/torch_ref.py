@@ -10,7 +10,7 @@ Usage:
   torch_ref.py loss  CKPT DATA --windows W0,W1,... --seq S --micro B
       prints {"loss": ..., "ce": ...} averaged over micro-batches
   torch_ref.py step  CKPT DATA --windows ... --seq S --micro B --lr LR
-          --out OUT.safetensors
+          --out OUT.safetensors [--grads GRADS.safetensors]
       takes one AdamW step (settings from CKPT/trainer_state.json) and writes
       the updated parameters
 """
@@ -199,9 +199,16 @@ def forward(cfg, p, tokens, labels):
     for i in range(cfg["num_hidden_layers"]):
         pre = f"model.layers.{i}."
         hn = rmsnorm(x, p[pre + "input_layernorm.weight"], eps)
-        q = (hn @ p[pre + "self_attn.q_proj.weight"].T).view(B, S, nh, hd)
-        k = (hn @ p[pre + "self_attn.k_proj.weight"].T).view(B, S, nkv, hd)
-        v = (hn @ p[pre + "self_attn.v_proj.weight"].T).view(B, S, nkv, hd)
+        at = pre + "self_attn."
+        q, k, v = (hn @ p[at + n + "_proj.weight"].T for n in ("q", "k", "v"))
+        if cfg.get("attention_bias"):
+            q, k, v = (t + p[at + n + "_proj.bias"] for t, n in zip((q, k, v), "qkv"))
+        qk_norm = cfg.get("qk_norm", "none")
+        if qk_norm == "full":  # OLMoE: over the whole projection
+            q, k = rmsnorm(q, p[at + "q_norm.weight"], eps), rmsnorm(k, p[at + "k_norm.weight"], eps)
+        q, k, v = q.view(B, S, nh, hd), k.view(B, S, nkv, hd), v.view(B, S, nkv, hd)
+        if qk_norm == "head":  # Qwen3: per head
+            q, k = rmsnorm(q, p[at + "q_norm.weight"], eps), rmsnorm(k, p[at + "k_norm.weight"], eps)
         q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
         a = attention(q, k, v, 1.0 / math.sqrt(hd)).reshape(B, S, nh * hd)
         h = x + a @ p[pre + "self_attn.o_proj.weight"].T
@@ -238,6 +245,7 @@ def main():
     ap.add_argument("--micro", type=int, required=True)
     ap.add_argument("--lr", type=float)
     ap.add_argument("--out")
+    ap.add_argument("--grads", help="step mode: also write the gradients here")
     a = ap.parse_args()
     torch.set_num_threads(1)
     cfg, params = read_checkpoint(a.ckpt)
@@ -264,6 +272,8 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": s["weight_decay"]},
                              {"params": nodecay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(s["beta1"], s["beta2"]), eps=s["adam_eps"])
+    if a.grads:
+        write_safetensors(a.grads, {n: p.grad for n, p in trainable.items() if p.requires_grad})
     opt.step()
     write_safetensors(a.out, trainable)
     print(json.dumps({"loss": total_loss, "ce": total_ce,

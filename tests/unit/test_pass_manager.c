@@ -181,7 +181,17 @@ static void test_parse_errors(void **state) {
   (void)state;
   char *e = parse_error("dce,canonicalise");
   assert_contains(e, "pipeline:5: unknown pass 'canonicalise'; did you mean 'canonicalize'?");
-  assert_contains(e, "(registered passes: canonicalize, dce, shape-infer, strip-locations)");
+  {
+    /* The list names every registered pass, in registry order. */
+    char want[1024] = "(registered passes: ";
+    for (int i = 0; i < xm_pass_count(); i++) {
+      if (i) strcat(want, ", ");
+      strcat(want, xm_pass_get(i)->name);
+    }
+    strcat(want, ")");
+    assert_contains(e, want);
+    assert_contains(e, "canonicalize, ");
+  }
   free(e);
   e = parse_error("frobnicate");
   assert_contains(e, "unknown pass 'frobnicate'");
@@ -400,8 +410,9 @@ static void test_pass_option_lookup(void **state) {
   assert_null(xm_pass_option(NULL, "a"));
   assert_non_null(xm_pass_find("dce"));
   assert_null(xm_pass_find("nope"));
-  assert_int_equal(xm_pass_count(), 4);
-  assert_null(xm_pass_get(4));
+  assert_true(xm_pass_count() >= 7);
+  for (int i = 0; i < xm_pass_count(); i++) assert_ptr_equal(xm_pass_find(xm_pass_get(i)->name), xm_pass_get(i));
+  assert_null(xm_pass_get(xm_pass_count()));
 }
 
 /* ---- canonicalize ------------------------------------------------------ */

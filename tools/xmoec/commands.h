@@ -7,5 +7,6 @@
 int xm_cmd_check(int argc, char **argv);
 int xm_cmd_ir(int argc, char **argv);
 int xm_cmd_opt(int argc, char **argv);
+int xm_cmd_compile(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ static const command_t k_commands[] = {
     {"check", xm_cmd_check, "validate a model spec; parameter and FLOP counts"},
     {"ir", xm_cmd_ir, "build the forward graph of a model; print it as IR or MLIR"},
     {"opt", xm_cmd_opt, "run a pass pipeline over IR or MLIR text"},
+    {"compile", xm_cmd_compile, "compile a model into a training program (OUT/train)"},
 };
 
 static void usage(FILE *out) {

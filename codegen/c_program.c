@@ -1,0 +1,772 @@
+/* codegen/c_program.c — a scheduled, memory-planned module as C source:
+ * out/program.c (the xm_rt_program_t of runtime/program.h) and out/main.c.
+ *
+ * The generated program is deliberately dumb: a static tensor table, then
+ * two functions of straight-line kernel calls (runtime/kernels.h), one per
+ * op in module order, each preceded by a comment naming the op, its
+ * location and layer, so a crash in a kernel points back at the spec field
+ * that shaped it. Every pointer is an arena base plus the constant offset
+ * the plan-memory pass chose (passes/plan_memory.h); every size is a
+ * literal, except the routed row counts, which only exist at run time: the
+ * permute kernel returns n, the generated code keeps it in a local
+ * `int64_t n_<id>` (id of the indices value) and hands it to the kernels of
+ * the same routed rows. Elementwise kernels over routed buffers use n times
+ * the row width, so no kernel touches rows past n. Right after a permute
+ * the program checks n against the bound the memory plan reserved and
+ * stops through xm_rt_fail when it is exceeded; with dropless routing the
+ * bound T*k is exact and the check can only fire on a kernel bug.
+ *
+ * Which function an op lands in comes from its attr phase (set by the
+ * autodiff pass; absent counts as "fwd"): fwd and bwd ops run in micro, step
+ * ops in step. Params and states are declarations (they live in the
+ * persistent arena and emit nothing); reshape emits nothing because its
+ * result aliases its operand (a copy is emitted if a plan ever gives it its
+ * own buffer); return emits nothing because the loss values stay where the
+ * plan put them and the table's loss/ce_loss entries point there.
+ *
+ * Output is deterministic: offsets, sizes and names come from the module,
+ * numbers are printed with the shortest round-trip form, nothing depends
+ * on addresses or time.
+ */
+#include "codegen/c_program.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/emit.h"
+#include "passes/plan_memory.h"
+
+#define RING 16
+
+typedef struct {
+  const xm_ir_module_t *m;
+  const xm_spec_t *spec;
+  xm_diag_t *diag;
+  xm_emitter_t e;
+  xm_status_t st;     /* first error; emission goes on to report more */
+  int *rows_src;      /* value id -> id of the permute indices bounding dim 0, or -1 */
+  int op_index;       /* op being emitted, for messages */
+  char ring[RING][128];
+  int ring_next;
+} gen_t;
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static char *ring_buf(gen_t *g) {
+  char *b = g->ring[g->ring_next];
+  g->ring_next = (g->ring_next + 1) % RING;
+  return b;
+}
+
+static void gen_error(gen_t *g, const xm_ir_op_t *op, xm_status_t st, const char *fmt,
+                      const char *detail) {
+  char place[48];
+  snprintf(place, sizeof place, "op %d", g->op_index);
+  xm_diag_add(g->diag, XM_DIAG_ERROR, op && op->loc[0] ? op->loc : NULL, place, fmt,
+              op ? xm_ir_opinfo(op->code)->name : "program", detail ? detail : "");
+  /* An op the schedule cannot run is the root cause of what follows. */
+  if (g->st == XM_OK || st == XM_ERR_UNSUPPORTED) g->st = st;
+}
+
+static const char *phase_of(const xm_ir_op_t *op) {
+  return xm_ir_op_get_string(op, "phase", "fwd");
+}
+
+static bool is_step(const xm_ir_op_t *op) { return strcmp(phase_of(op), "step") == 0; }
+
+static bool is_declaration(const xm_ir_op_t *op) {
+  return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
+}
+
+/* The C expression of a value's buffer: "(float *)(x->act + 4096)". */
+static const char *ptr(gen_t *g, const xm_ir_value_t *v) {
+  xm_mem_place_t p;
+  char *b = ring_buf(g);
+  if (!xm_plan_memory_place(v->def, v->index, &p)) {
+    gen_error(g, v->def, XM_ERR_INTERNAL, "%s result has no memory place (run plan-memory)%s",
+              NULL);
+    snprintf(b, 128, "NULL");
+    return b;
+  }
+  const char *type = v->type.dtype == XM_DT_I32 ? "int32_t" : "float";
+  const char *arena = p.arena == XM_MEM_ARENA_PERSISTENT ? "persist" : "act";
+  snprintf(b, 128, "(%s *)(x->%s + %" PRId64 ")", type, arena, p.offset);
+  return b;
+}
+
+static int64_t dim(const xm_ir_value_t *v, int i) {
+  return i < 0 ? v->type.dims[v->type.rank + i] : v->type.dims[i];
+}
+
+static int64_t numel(const xm_ir_value_t *v) { return xm_ir_type_numel(&v->type); }
+
+/* Elements of v divided by `inner` (a product of trailing dims): a literal,
+ * or "n_<id> * c" when dim 0 is routed rows known only at run time. */
+static const char *count_div(gen_t *g, const xm_ir_value_t *v, int64_t inner) {
+  char *b = ring_buf(g);
+  int src = g->rows_src[v->id];
+  int64_t total = numel(v);
+  if (inner <= 0) inner = 1;
+  if (src >= 0 && v->type.rank > 0 && v->type.dynamic[0]) {
+    int64_t per_row = total / v->type.dims[0];
+    if (per_row % inner == 0) {
+      int64_t c = per_row / inner;
+      if (c == 1)
+        snprintf(b, 128, "n_%d", src);
+      else
+        snprintf(b, 128, "n_%d * %" PRId64, src, c);
+      return b;
+    }
+  }
+  snprintf(b, 128, "%" PRId64, total / inner);
+  return b;
+}
+
+static const char *count(gen_t *g, const xm_ir_value_t *v) { return count_div(g, v, 1); }
+
+/* The run-time row count of the routed buffers indexed by `indices`. */
+static const char *routed_n(gen_t *g, const xm_ir_op_t *op, const xm_ir_value_t *indices) {
+  int src = g->rows_src[indices->id];
+  char *b = ring_buf(g);
+  if (src < 0) {
+    gen_error(g, op, XM_ERR_INTERNAL, "%s: its indices operand does not come from a permute%s",
+              NULL);
+    snprintf(b, 128, "0");
+  } else {
+    snprintf(b, 128, "n_%d", src);
+  }
+  return b;
+}
+
+/* Shortest round-trip form of a double, as a C literal. */
+static const char *num(gen_t *g, const xm_ir_op_t *op, double v) {
+  char *b = ring_buf(g);
+  if (!isfinite(v)) {
+    gen_error(g, op, XM_ERR_INTERNAL, "%s has a non-finite attribute%s", NULL);
+    snprintf(b, 128, "0.0");
+    return b;
+  }
+  xm_strbuf_t s;
+  xm_strbuf_init(&s);
+  xm_strbuf_put_double(&s, v);
+  snprintf(b, 128, "%s", xm_strbuf_cstr(&s));
+  xm_strbuf_free(&s);
+  return b;
+}
+
+static const char *fattr(gen_t *g, const xm_ir_op_t *op, const char *key) {
+  const xm_ir_attr_t *a = xm_ir_op_attr(op, key);
+  if (!a || (a->kind != XM_ATTR_FLOAT && a->kind != XM_ATTR_INT)) {
+    gen_error(g, op, XM_ERR_INTERNAL, "%s lacks the numeric attribute %s", key);
+    return "0.0";
+  }
+  return num(g, op, a->kind == XM_ATTR_FLOAT ? a->f : (double)a->i);
+}
+
+static int64_t iattr(gen_t *g, const xm_ir_op_t *op, const char *key) {
+  const xm_ir_attr_t *a = xm_ir_op_attr(op, key);
+  if (!a || (a->kind != XM_ATTR_INT && a->kind != XM_ATTR_BOOL)) {
+    gen_error(g, op, XM_ERR_INTERNAL, "%s lacks the integer attribute %s", key);
+    return 0;
+  }
+  return a->i;
+}
+
+static const char *scoring(const xm_ir_op_t *op) {
+  return strcmp(xm_ir_op_get_string(op, "scoring", "softmax"), "sigmoid") == 0 ? "XM_K_SIGMOID"
+                                                                               : "XM_K_SOFTMAX";
+}
+
+#define A(i) ptr(g, op->operands[i])
+#define R(i) ptr(g, op->results[i])
+#define IN(i) (op->operands[i])
+#define OUT(i) (op->results[i])
+#define EMIT(...) xm_emit(&g->e, __VA_ARGS__)
+#define I64 "%" PRId64
+
+/* ---- ops --------------------------------------------------------------- */
+
+/* Elementwise, shape and dense transformer ops; false when not one. */
+static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
+  switch (op->code) {
+  case XM_OP_ADD:
+  case XM_OP_MUL:
+    EMIT("xm_k_%s(%s, %s, %s, %s, %s);", op->code == XM_OP_ADD ? "add" : "mul", A(0), A(1), R(0),
+         count(g, IN(0)), count(g, IN(1)));
+    break;
+  case XM_OP_SCALE:
+    EMIT("xm_k_scale(%s, %s, %s, %s);", A(0), R(0), count(g, IN(0)), fattr(g, op, "factor"));
+    break;
+  case XM_OP_SILU:
+  case XM_OP_GELU:
+  case XM_OP_SIGMOID:
+    EMIT("xm_k_%s(%s, %s, %s);", xm_ir_opinfo(op->code)->name, A(0), R(0), count(g, IN(0)));
+    break;
+  case XM_OP_SWIGLU:
+    EMIT("xm_k_swiglu(%s, %s, %s, %s);", A(0), A(1), R(0), count(g, IN(0)));
+    break;
+  case XM_OP_EMBEDDING:
+    EMIT("xm_k_embedding(%s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0), numel(IN(0)),
+         dim(IN(1), -1));
+    break;
+  case XM_OP_RMSNORM:
+    EMIT("xm_k_rmsnorm(%s, %s, %s, %s, " I64 ", %s);", A(0), A(1), R(0),
+         count_div(g, IN(0), dim(IN(0), -1)), dim(IN(0), -1), fattr(g, op, "eps"));
+    break;
+  case XM_OP_MATMUL:
+    EMIT("xm_k_matmul(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
+         count_div(g, IN(0), dim(IN(0), -1)), dim(IN(0), -1), dim(IN(1), 0));
+    break;
+  case XM_OP_ROPE:
+    EMIT("xm_k_rope(%s, %s, " I64 ", " I64 ", " I64 ", " I64 ", %s);", A(0), R(0), dim(IN(0), 0),
+         dim(IN(0), 1), dim(IN(0), 2), dim(IN(0), 3), fattr(g, op, "theta"));
+    break;
+  case XM_OP_ATTENTION:
+    EMIT("xm_k_attention(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ", " I64 ", " I64
+         ", %s);",
+         A(0), A(1), A(2), R(0), dim(IN(0), 0), dim(IN(0), 1), dim(IN(0), 2), dim(IN(1), 2),
+         dim(IN(0), 3), dim(IN(2), 3), fattr(g, op, "scale"));
+    break;
+  case XM_OP_CROSS_ENTROPY:
+    EMIT("xm_k_cross_entropy(%s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
+         numel(IN(0)) / dim(IN(0), -1), dim(IN(0), -1));
+    break;
+  default: return false;
+  }
+  return true;
+}
+
+/* Backward kernels of the dense ops; false when not one. */
+static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
+  switch (op->code) {
+  case XM_OP_MATMUL_DX: /* dy[M,N], w[N,K] -> dx[M,K] */
+    EMIT("xm_k_matmul_dx(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
+         count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), 1), dim(IN(1), 0));
+    break;
+  case XM_OP_MATMUL_DW: /* dy[M,N], x[M,K] -> dw[N,K] */
+    EMIT("xm_k_matmul_dw(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
+         count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), -1), dim(IN(0), -1));
+    break;
+  case XM_OP_REDUCE_TO:
+    EMIT("xm_k_reduce_to(%s, %s, %s, %s);", A(0), R(0), count(g, IN(0)), count(g, OUT(0)));
+    break;
+  case XM_OP_RMSNORM_GRAD:
+    EMIT("xm_k_rmsnorm_grad(%s, %s, %s, %s, %s, %s, " I64 ", %s);", A(0), A(1), A(2), R(0), R(1),
+         count_div(g, IN(1), dim(IN(1), -1)), dim(IN(1), -1), fattr(g, op, "eps"));
+    break;
+  case XM_OP_ROPE_GRAD:
+    EMIT("xm_k_rope_grad(%s, %s, " I64 ", " I64 ", " I64 ", " I64 ", %s);", A(0), R(0),
+         dim(IN(0), 0), dim(IN(0), 1), dim(IN(0), 2), dim(IN(0), 3), fattr(g, op, "theta"));
+    break;
+  case XM_OP_ATTENTION_GRAD:
+    EMIT("xm_k_attention_grad(%s, %s, %s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
+         ", " I64 ", " I64 ", %s);",
+         A(0), A(1), A(2), A(3), R(0), R(1), R(2), dim(IN(1), 0), dim(IN(1), 1), dim(IN(1), 2),
+         dim(IN(2), 2), dim(IN(1), 3), dim(IN(3), 3), fattr(g, op, "scale"));
+    break;
+  case XM_OP_EMBEDDING_GRAD:
+    EMIT("xm_k_embedding_grad(%s, %s, %s, " I64 ", " I64 ", " I64 ");", A(0), A(1), R(0),
+         numel(IN(1)), dim(OUT(0), 0), dim(OUT(0), 1));
+    break;
+  case XM_OP_SWIGLU_GRAD:
+    EMIT("xm_k_swiglu_grad(%s, %s, %s, %s, %s, %s);", A(0), A(1), A(2), R(0), R(1),
+         count(g, IN(0)));
+    break;
+  case XM_OP_SILU_GRAD:
+  case XM_OP_GELU_GRAD:
+  case XM_OP_SIGMOID_GRAD:
+    EMIT("xm_k_%s(%s, %s, %s, %s);", xm_ir_opinfo(op->code)->name, A(0), A(1), R(0),
+         count(g, IN(0)));
+    break;
+  case XM_OP_CROSS_ENTROPY_GRAD:
+    EMIT("xm_k_cross_entropy_grad(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), A(2), R(0),
+         numel(IN(1)) / dim(IN(1), -1), dim(IN(1), -1));
+    break;
+  default: return false;
+  }
+  return true;
+}
+
+/* The permute and its bound check. */
+static void emit_permute(gen_t *g, const xm_ir_op_t *op) {
+  int id = OUT(0)->id;
+  int64_t T = dim(IN(0), 0), k = dim(IN(0), 1), bound = dim(OUT(0), 0);
+  EMIT("int64_t n_%d = xm_k_permute(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ");", id,
+       A(0), A(1), R(0), R(1), R(2), T, k, iattr(g, op, "num_experts"),
+       xm_ir_op_get_int(op, "capacity", 0));
+  EMIT("if (n_%d < 0 || n_%d > " I64 ")", id, id, bound);
+  xm_emit_indent(&g->e);
+  EMIT("xm_rt_fail(x, \"op %d permute: %%lld routed rows, outside the bound " I64
+       " the memory plan reserved\", (long long)n_%d);",
+       g->op_index, bound, id);
+  xm_emit_dedent(&g->e);
+}
+
+/* Router and padding-free MoE ops, forward and backward. */
+static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
+  switch (op->code) {
+  case XM_OP_ROUTER_SCORE:
+    EMIT("xm_k_router_score(%s, %s, " I64 ", " I64 ", %s);", A(0), R(0), dim(IN(0), 0),
+         dim(IN(0), 1), scoring(op));
+    break;
+  case XM_OP_ROUTER_SCORE_GRAD:
+    EMIT("xm_k_router_score_grad(%s, %s, %s, " I64 ", " I64 ", %s);", A(0), A(1), R(0),
+         dim(IN(0), 0), dim(IN(0), 1), scoring(op));
+    break;
+  case XM_OP_TOPK_ROUTE:
+    EMIT("xm_k_topk_route(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ", " I64 ", " I64
+         ", %s, %s);",
+         A(0), A(1), R(0), R(1), dim(IN(0), 0), dim(IN(0), 1), iattr(g, op, "k"),
+         iattr(g, op, "n_group"), iattr(g, op, "topk_group"), iattr(g, op, "norm_topk_prob"),
+         fattr(g, op, "routed_scaling"), scoring(op));
+    break;
+  case XM_OP_TOPK_ROUTE_GRAD:
+    EMIT("xm_k_topk_route_grad(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ", %s);", A(0),
+         A(1), A(2), R(0), dim(IN(1), 0), dim(IN(1), 1), dim(IN(0), 1),
+         iattr(g, op, "norm_topk_prob"), fattr(g, op, "routed_scaling"));
+    break;
+  case XM_OP_PERMUTE: emit_permute(g, op); break;
+  case XM_OP_GATHER_ROWS:
+    EMIT("xm_k_gather_rows(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
+         routed_n(g, op, IN(1)), dim(IN(0), -1), iattr(g, op, "k"));
+    break;
+  case XM_OP_GATHER_ROWS_GRAD:
+    EMIT("xm_k_gather_rows_grad(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ");", A(0), A(1), R(0),
+         routed_n(g, op, IN(1)), dim(OUT(0), 0), dim(OUT(0), -1), iattr(g, op, "k"));
+    break;
+  case XM_OP_GROUPED_MATMUL: /* x[N,K], w[E,M,K] */
+  case XM_OP_GROUPED_MATMUL_DX:
+    EMIT("xm_k_%s(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ");", xm_ir_opinfo(op->code)->name,
+         A(0), A(1), A(2), R(0), dim(IN(1), 0), dim(IN(1), 2), dim(IN(1), 1));
+    break;
+  case XM_OP_GROUPED_MATMUL_DW: /* dy[N,M], x[N,K], tpe -> dw[E,M,K] */
+    EMIT("xm_k_grouped_matmul_dw(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ");", A(0), A(1), A(2),
+         R(0), dim(OUT(0), 0), dim(OUT(0), 2), dim(OUT(0), 1));
+    break;
+  case XM_OP_SCATTER_COMBINE: /* y[N,H], indices, weights[T,k] */
+    EMIT("xm_k_scatter_combine(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ");", A(0), A(1), A(2),
+         R(0), routed_n(g, op, IN(1)), dim(IN(2), 0), dim(IN(2), 1), dim(IN(0), -1));
+    break;
+  case XM_OP_SCATTER_COMBINE_GRAD: /* dout, y, indices, weights -> dy, dweights */
+    EMIT("xm_k_scatter_combine_grad(%s, %s, %s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ");",
+         A(0), A(1), A(2), A(3), R(0), R(1), routed_n(g, op, IN(2)), dim(IN(3), 0), dim(IN(3), 1),
+         dim(IN(0), -1));
+    break;
+  case XM_OP_AUX_LOSS:
+    EMIT("xm_k_aux_loss(%s, %s, %s, " I64 ", " I64 ", " I64 ", %s);", A(0), A(1), R(0),
+         dim(IN(0), 0), dim(IN(0), 1), dim(IN(1), 1), fattr(g, op, "alpha"));
+    break;
+  case XM_OP_AUX_LOSS_GRAD:
+    EMIT("xm_k_aux_loss_grad(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", %s);", A(0), A(1), A(2),
+         R(0), dim(IN(1), 0), dim(IN(1), 1), dim(IN(2), 1), fattr(g, op, "alpha"));
+    break;
+  default: return false;
+  }
+  return true;
+}
+
+/* grad_norm_sq: the global squared norm in double, kept by the step
+ * function for the clip coefficient that adamw applies. */
+static void emit_grad_norm(gen_t *g, const xm_ir_op_t *op) {
+  EMIT("{");
+  xm_emit_indent(&g->e);
+  EMIT("double norm_sq = 0.0;");
+  for (int i = 0; i < op->num_operands; i++)
+    EMIT("norm_sq += xm_k_sum_sq(%s, %s);", A(i), count(g, IN(i)));
+  EMIT("*%s = (float)norm_sq;", R(0));
+  EMIT("x->grad_norm = sqrt(norm_sq);");
+  EMIT("x->grad_scale = xm_rt_clip_coef((float)norm_sq, x->grad_clip);");
+  xm_emit_dedent(&g->e);
+  EMIT("}");
+}
+
+/* Training-state and optimizer ops. */
+static bool emit_train(gen_t *g, const xm_ir_op_t *op) {
+  switch (op->code) {
+  case XM_OP_ACCUMULATE:
+    EMIT("xm_k_accumulate%s(%s, %s, %s);", IN(0)->type.dtype == XM_DT_I32 ? "_i32" : "", A(0),
+         A(1), count(g, IN(1)));
+    break;
+  case XM_OP_GRAD_NORM_SQ: emit_grad_norm(g, op); break;
+  case XM_OP_ADAMW:
+    EMIT("xm_k_adamw(%s, %s, %s, %s, " I64 ", x->lr, x->beta1, x->beta2, x->adam_eps, %s, "
+         "x->step, x->grad_scale);",
+         A(0), A(1), A(2), A(3), numel(IN(0)),
+         xm_ir_op_get_bool(op, "decay", false) ? "x->weight_decay" : "0.0f");
+    break;
+  case XM_OP_AUX_FREE_UPDATE:
+    EMIT("xm_k_aux_free_update(%s, %s, " I64 ", %s);", A(0), A(1), numel(IN(0)),
+         fattr(g, op, "gamma"));
+    break;
+  case XM_OP_ZERO:
+    EMIT("memset(%s, 0, " I64 ");", A(0),
+         numel(IN(0)) * (int64_t)xm_dtype_size(IN(0)->type.dtype));
+    break;
+  default: return false;
+  }
+  return true;
+}
+
+/* Graph structure: constants, reshapes, inputs and the return. */
+static bool emit_structure(gen_t *g, const xm_ir_op_t *op) {
+  xm_mem_place_t a, b;
+  switch (op->code) {
+  case XM_OP_INPUT: EMIT("/* filled by the training driver */"); break;
+  case XM_OP_RETURN: EMIT("/* the losses stay in place: xm_program.loss, .ce_loss */"); break;
+  case XM_OP_CONSTANT:
+    if (OUT(0)->type.dtype == XM_DT_I32)
+      EMIT("for (int64_t i = 0; i < " I64 "; i++) (%s)[i] = (int32_t)%s;", numel(OUT(0)), R(0),
+           fattr(g, op, "value"));
+    else
+      EMIT("xm_k_fill(%s, " I64 ", %s);", R(0), numel(OUT(0)), fattr(g, op, "value"));
+    break;
+  case XM_OP_RESHAPE:
+    if (xm_plan_memory_place(op, 0, &a) && xm_plan_memory_place(IN(0)->def, IN(0)->index, &b) &&
+        (a.arena != b.arena || a.offset != b.offset))
+      EMIT("memcpy(%s, %s, " I64 ");", R(0), A(0),
+           numel(OUT(0)) * (int64_t)xm_dtype_size(OUT(0)->type.dtype));
+    else
+      EMIT("/* aliased: no code */");
+    break;
+  default: return false;
+  }
+  return true;
+}
+
+/* A location goes into a comment: one without line breaks or a comment
+ * end, else "?". */
+static bool comment_safe(const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (*p < 0x20 || (p[0] == '*' && p[1] == '/')) return false;
+  return true;
+}
+
+static void emit_op(gen_t *g, const xm_ir_op_t *op) {
+  const char *loc = op->loc[0] && comment_safe(op->loc) ? op->loc : "?";
+  xm_strbuf_t c;
+  xm_strbuf_init(&c);
+  xm_strbuf_printf(&c, "/* op %d %s @%s", g->op_index, xm_ir_opinfo(op->code)->name, loc);
+  const xm_ir_attr_t *layer = xm_ir_op_attr(op, "layer");
+  if (layer && layer->kind == XM_ATTR_INT) xm_strbuf_printf(&c, " layer %" PRId64, layer->i);
+  xm_strbuf_puts(&c, " */");
+  EMIT("%s", xm_strbuf_cstr(&c));
+  xm_strbuf_free(&c);
+  if (emit_structure(g, op) || emit_dense(g, op) || emit_dense_grad(g, op) || emit_moe(g, op) ||
+      emit_train(g, op))
+    return;
+  gen_error(g, op, XM_ERR_UNSUPPORTED,
+            "%s cannot run in the single-rank CPU schedule yet (collectives come with the "
+            "multi-rank milestone)%s",
+            NULL);
+}
+
+/* Which permute bounds each value's dim 0: a permute's indices and bin_ids
+ * are its own rows; a result with a dynamic dim 0 inherits from the first
+ * operand that has routed rows. */
+static void compute_rows_src(gen_t *g) {
+  const xm_ir_module_t *m = g->m;
+  for (int i = 0; i < xm_ir_module_num_values(m); i++)
+    g->rows_src[i] = -1;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code == XM_OP_PERMUTE) {
+      g->rows_src[OUT(0)->id] = OUT(0)->id;
+      g->rows_src[OUT(1)->id] = OUT(0)->id;
+      continue;
+    }
+    int src = -1;
+    for (int j = 0; j < op->num_operands && src < 0; j++)
+      if (IN(j)->type.rank > 0 && IN(j)->type.dynamic[0]) src = g->rows_src[IN(j)->id];
+    for (int j = 0; j < op->num_results; j++)
+      if (OUT(j)->type.rank > 0 && OUT(j)->type.dynamic[0])
+        g->rows_src[OUT(j)->id] = src;
+  }
+}
+
+/* Emits `static void <name>(xm_rt_exec_t *x)` with the ops of one function. */
+static void emit_function(gen_t *g, const char *name, bool step) {
+  EMIT("static void %s(xm_rt_exec_t *x) {", name);
+  xm_emit_indent(&g->e);
+  if (step) {
+    EMIT("x->grad_norm = 0.0;");
+    EMIT("x->grad_scale = 1.0f;");
+  }
+  for (int i = 0; i < xm_ir_module_num_ops(g->m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(g->m, i);
+    if (is_declaration(op) || is_step(op) != step) continue;
+    g->op_index = i;
+    emit_op(g, op);
+  }
+  if (!step) EMIT("(void)x;");
+  xm_emit_dedent(&g->e);
+  EMIT("}");
+  xm_emit_blank(&g->e);
+}
+
+/* ---- the tensor table -------------------------------------------------- */
+
+typedef struct {
+  int tokens, labels, loss, ce_loss, count;
+} table_idx_t;
+
+static const char *init_name(const char *init) {
+  if (strcmp(init, "ones") == 0) return "XM_RT_INIT_ONES";
+  if (strcmp(init, "zeros") == 0) return "XM_RT_INIT_ZEROS";
+  if (strcmp(init, "normal") == 0) return "XM_RT_INIT_NORMAL";
+  return "XM_RT_INIT_NONE";
+}
+
+/* Category of a state by kind (passes/plan_memory.h uses the same split). */
+static const char *state_category(const xm_ir_op_t *op) {
+  return strcmp(xm_ir_op_get_string(op, "kind", ""), "grad") == 0 ? "XM_RT_CAT_GRADS"
+                                                                    : "XM_RT_CAT_OPTIMIZER";
+}
+
+/* Index in the table of the param named `name`, or -1. */
+static int param_index(const xm_ir_module_t *m, const char *name) {
+  int idx = 0;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code != XM_OP_PARAM && op->code != XM_OP_STATE && op->code != XM_OP_INPUT) continue;
+    if (op->code == XM_OP_PARAM && strcmp(xm_ir_op_get_string(op, "name", ""), name) == 0)
+      return idx;
+    idx++;
+  }
+  return -1;
+}
+
+/* One table row: name, category, dtype, rank, dims, place, init, param. */
+static void emit_row(gen_t *g, const char *name, const char *category, const xm_ir_value_t *v,
+                     const char *init, double std, int trainable, int param) {
+  xm_mem_place_t p = {0, 0, 0};
+  if (!xm_plan_memory_place(v->def, v->index, &p))
+    gen_error(g, v->def, XM_ERR_INTERNAL, "%s result has no memory place (run plan-memory)%s",
+              NULL);
+  xm_strbuf_t row;
+  xm_strbuf_init(&row);
+  xm_strbuf_puts(&row, "{");
+  xm_codegen_c_string(&row, name, 0);
+  xm_strbuf_printf(&row, ", %s, %s, %d, {", category,
+                   v->type.dtype == XM_DT_I32 ? "XM_RT_I32" : "XM_RT_F32", v->type.rank);
+  for (int i = 0; i < v->type.rank; i++)
+    xm_strbuf_printf(&row, "%s%" PRId64, i ? ", " : "", v->type.dims[i]);
+  if (v->type.rank == 0) xm_strbuf_puts(&row, "0");
+  xm_strbuf_printf(&row, "}, %d, %" PRId64 ", %" PRId64 ", %s, %sf, %d, %d},",
+                   p.arena == XM_MEM_ARENA_PERSISTENT ? 1 : 0, p.offset,
+                   numel(v) * (int64_t)xm_dtype_size(v->type.dtype), init, num(g, v->def, std),
+                   trainable, param);
+  EMIT("%s", xm_strbuf_cstr(&row));
+  xm_strbuf_free(&row);
+}
+
+static void emit_decl_row(gen_t *g, const xm_ir_op_t *op, table_idx_t *t) {
+  const char *name = xm_ir_op_get_string(op, "name", "");
+  if (op->code == XM_OP_PARAM) {
+    const char *init = xm_ir_op_get_string(op, "init", "normal");
+    double std = strcmp(init, "normal") == 0 ? xm_ir_op_get_float(op, "std", 0.02) : 0.0;
+    emit_row(g, name, "XM_RT_CAT_WEIGHTS", OUT(0), init_name(init), std,
+             xm_ir_op_get_bool(op, "trainable", true), -1);
+  } else if (op->code == XM_OP_STATE) {
+    int of = param_index(g->m, xm_ir_op_get_string(op, "of", ""));
+    emit_row(g, name, state_category(op), OUT(0), "XM_RT_INIT_ZEROS", 0.0, 0, of);
+  } else {
+    if (strcmp(name, "tokens") == 0) t->tokens = t->count;
+    if (strcmp(name, "labels") == 0) t->labels = t->count;
+    emit_row(g, name, "XM_RT_CAT_INPUTS", OUT(0), "XM_RT_INIT_NONE", 0.0, 0, -1);
+  }
+  t->count++;
+}
+
+/* Params, states and inputs in op order, then the two loss outputs. */
+static void emit_table(gen_t *g, table_idx_t *t) {
+  const xm_ir_op_t *ret = NULL;
+  EMIT("/* name, category, dtype, rank, dims, persistent, offset, bytes, init, std, trainable, "
+       "param */");
+  EMIT("static const xm_rt_tensor_t k_tensors[] = {");
+  xm_emit_indent(&g->e);
+  for (int i = 0; i < xm_ir_module_num_ops(g->m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(g->m, i);
+    g->op_index = i;
+    if (op->code == XM_OP_RETURN) ret = op;
+    if (op->code == XM_OP_PARAM || op->code == XM_OP_STATE || op->code == XM_OP_INPUT)
+      emit_decl_row(g, op, t);
+  }
+  if (!ret || ret->num_operands < 1) {
+    xm_diag_add(g->diag, XM_DIAG_ERROR, NULL, NULL, "the module has no return of the loss");
+    if (g->st == XM_OK) g->st = XM_ERR_INTERNAL;
+  } else {
+    t->loss = t->count++;
+    emit_row(g, "loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[0], "XM_RT_INIT_NONE", 0.0, 0, -1);
+    t->ce_loss = t->count++;
+    emit_row(g, "ce_loss", "XM_RT_CAT_ACTIVATIONS",
+             ret->operands[ret->num_operands > 1 ? 1 : 0], "XM_RT_INIT_NONE", 0.0, 0, -1);
+  }
+  xm_emit_dedent(&g->e);
+  EMIT("};");
+  xm_emit_blank(&g->e);
+  if (t->tokens < 0 || t->labels < 0) {
+    xm_diag_add(g->diag, XM_DIAG_ERROR, NULL, NULL,
+                "the module lacks the inputs \"tokens\" and \"labels\"");
+    if (g->st == XM_OK) g->st = XM_ERR_INTERNAL;
+  }
+}
+
+/* ---- the program object ------------------------------------------------ */
+
+static int64_t module_int(const xm_ir_module_t *m, const char *key, int64_t dflt) {
+  for (int i = 0; i < xm_ir_module_num_attrs(m); i++) {
+    const xm_ir_attr_t *a = xm_ir_module_attr(m, i);
+    if (strcmp(a->key, key) == 0 && a->kind == XM_ATTR_INT) return a->i;
+  }
+  return dflt;
+}
+
+static void emit_text_const(gen_t *g, const char *name, const char *text) {
+  xm_strbuf_t s;
+  xm_strbuf_init(&s);
+  xm_strbuf_printf(&s, "static const char %s[] =\n    ", name);
+  xm_codegen_c_string(&s, text ? text : "", 4);
+  xm_strbuf_puts(&s, ";");
+  EMIT("%s", xm_strbuf_cstr(&s));
+  xm_strbuf_free(&s);
+  xm_emit_blank(&g->e);
+}
+
+static void emit_settings(gen_t *g) {
+  const xm_training_spec_t *t = &g->spec->training;
+  EMIT(".vocab = " I64 ", .seq_len = " I64 ", .micro_batch = " I64 ", .grad_accum = " I64 ",",
+       g->spec->model.vocab, t->seq_len, t->micro_batch, module_int(g->m, "grad_accum", 1));
+  EMIT(".lr = %s, .min_lr = %s, .weight_decay = %s,", num(g, NULL, t->lr),
+       num(g, NULL, t->min_lr), num(g, NULL, t->weight_decay));
+  EMIT(".beta1 = %s, .beta2 = %s, .adam_eps = %s, .grad_clip = %s,", num(g, NULL, t->beta1),
+       num(g, NULL, t->beta2), num(g, NULL, t->adam_eps), num(g, NULL, t->grad_clip));
+  EMIT(".warmup_steps = " I64 ", .train_steps = " I64 ", .lr_schedule = %d, .seed = %" PRIu64
+       "u,",
+       t->warmup_steps, t->train_steps, (int)t->lr_schedule, t->seed);
+}
+
+static void emit_program(gen_t *g, const table_idx_t *t, xm_mem_report_t *r) {
+  EMIT("const xm_rt_program_t xm_program = {");
+  xm_emit_indent(&g->e);
+  xm_strbuf_t name;
+  xm_strbuf_init(&name);
+  xm_codegen_c_string(&name, g->spec->name, 0);
+  EMIT(".model_name = %s,", xm_strbuf_cstr(&name));
+  xm_strbuf_free(&name);
+  EMIT(".config_json = k_config_json,");
+  EMIT(".spec_json = k_spec_json,");
+  emit_settings(g);
+  EMIT(".persistent_bytes = " I64 ", .activation_bytes = " I64 ",", r->persistent_bytes,
+       r->activation_bytes);
+  EMIT("/* weights, grads, optimizer, activations, workspace, inputs */");
+  EMIT(".category_bytes = {" I64 ", " I64 ", " I64 ", " I64 ", " I64 ", " I64 "},", r->weights,
+       r->grads, r->optimizer, r->activations, r->workspace, r->inputs);
+  EMIT(".num_tensors = %d, .tensors = k_tensors,", t->count);
+  EMIT(".tokens = %d, .labels = %d, .loss = %d, .ce_loss = %d,", t->tokens, t->labels, t->loss,
+       t->ce_loss);
+  EMIT(".micro = micro, .step = step,");
+  xm_emit_dedent(&g->e);
+  EMIT("};");
+}
+
+/* The inputs named by a header; a line break in a path would end the
+ * line comment, so control bytes become '?'. Returns the count. */
+static int header_inputs(const xm_codegen_inputs_t *in, char bufs[2][512], const char *out[2]) {
+  const char *src[2] = {in->spec_path ? in->spec_path : "<spec>", in->cluster_path};
+  int n = 0;
+  for (int i = 0; i < 2; i++) {
+    if (!src[i]) continue;
+    snprintf(bufs[n], 512, "%s", src[i]);
+    for (char *p = bufs[n]; *p; p++)
+      if ((unsigned char)*p < 0x20) *p = '?';
+    out[n] = bufs[n];
+    n++;
+  }
+  return n;
+}
+
+static void emit_header(gen_t *g, const xm_codegen_inputs_t *in) {
+  char bufs[2][512];
+  const char *inputs[2];
+  xm_emit_header(&g->e, "//", header_inputs(in, bufs, inputs), inputs);
+  if (in->pipeline) EMIT("// pipeline: %s", in->pipeline);
+}
+
+xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
+                                 const xm_codegen_inputs_t *in, xm_diag_t *diag,
+                                 xm_strbuf_t *out) {
+  xm_mem_report_t report;
+  XM_RETURN_IF_ERROR(xm_plan_memory_read_report(m, diag, &report));
+  if (module_int(m, "schedule_micro_ops", -1) < 0) {
+    xm_diag_add(diag, XM_DIAG_ERROR, NULL, NULL,
+                "the module was not scheduled (run the schedule pass before codegen)");
+    return XM_ERR_INTERNAL;
+  }
+  gen_t gen = {.m = m, .spec = spec, .diag = diag, .st = XM_OK};
+  gen_t *g = &gen;
+  g->rows_src = calloc((size_t)xm_ir_module_num_values(m) + 1, sizeof(int));
+  if (!g->rows_src) return XM_ERR_NO_MEMORY;
+  xm_emitter_init(&g->e, out);
+  compute_rows_src(g);
+
+  emit_header(g, in);
+  xm_emit_blank(&g->e);
+  EMIT("#include <math.h>");
+  EMIT("#include <stdint.h>");
+  EMIT("#include <string.h>");
+  xm_emit_blank(&g->e);
+  EMIT("#include \"runtime/kernels.h\"");
+  EMIT("#include \"runtime/program.h\"");
+  xm_emit_blank(&g->e);
+  table_idx_t t = {.tokens = -1, .labels = -1, .loss = -1, .ce_loss = -1, .count = 0};
+  emit_table(g, &t);
+  emit_text_const(g, "k_config_json", in->config_json);
+  emit_text_const(g, "k_spec_json", in->spec_text);
+  EMIT("/* One micro-batch: forward, backward, gradient accumulation. */");
+  emit_function(g, "micro", false);
+  EMIT("/* One optimizer step, after the last micro-batch. */");
+  emit_function(g, "step", true);
+  emit_program(g, &t, &report);
+  free(g->rows_src);
+  return g->st;
+}
+
+void xm_codegen_main_c(const xm_codegen_inputs_t *in, xm_strbuf_t *out) {
+  xm_emitter_t e;
+  xm_emitter_init(&e, out);
+  char bufs[2][512];
+  const char *inputs[2];
+  xm_emit_header(&e, "//", header_inputs(in, bufs, inputs), inputs);
+  xm_emit_blank(&e);
+  xm_emit(&e, "#include \"runtime/train.h\"");
+  xm_emit_blank(&e);
+  xm_emit(&e, "int main(int argc, char **argv) { return xm_rt_train_main(argc, argv, "
+              "&xm_program); }");
+}
+
+void xm_codegen_c_string(xm_strbuf_t *out, const char *s, int indent) {
+  xm_strbuf_puts(out, "\"");
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      char esc[3] = {'\\', (char)*p, 0};
+      xm_strbuf_puts(out, esc);
+    } else if (*p == '\n') {
+      xm_strbuf_puts(out, "\\n");
+      if (p[1] != '\0') {
+        xm_strbuf_puts(out, "\"\n");
+        for (int i = 0; i < indent; i++) xm_strbuf_puts(out, " ");
+        xm_strbuf_puts(out, "\"");
+      }
+    } else if (*p == '\t') {
+      xm_strbuf_puts(out, "\\t");
+    } else if (*p < 0x20 || *p >= 0x7f || (*p == '?' && p[1] == '?')) {
+      xm_strbuf_printf(out, "\\%03o", *p); /* also keeps "??" from forming trigraphs */
+    } else {
+      xm_strbuf_append(out, (const char *)p, 1);
+    }
+  }
+  xm_strbuf_puts(out, "\"");
+}

@@ -1,0 +1,448 @@
+/* ir/verify_train.c — result-type rules of the training ops: the backward
+ * ops, the persistent state and the optimizer step (ir/ops.def, second
+ * half).
+ *
+ * A backward op's shapes are those of the forward op it differentiates, so
+ * each rule here restates the forward op's constraints from the operands it
+ * receives (dy stands in for the forward result) and gives the gradients the
+ * types of the forward operands. The rules only need what the op itself
+ * carries; the autodiff pass is not trusted to have wired them right.
+ *
+ * State and optimizer ops are different: their meaning depends on where
+ * their operands come from (an accumulate must write into a state buffer,
+ * adamw must update a param), so those rules look at the defining op of an
+ * operand. The verifier has already checked that every operand is a value
+ * of the module; the rules still tolerate a missing definition (a module
+ * built by hand) and report it instead of crashing.
+ */
+#include <string.h>
+
+#include "ir/verify_internal.h"
+
+#define TT(t) (xm_ir_type_text(t).s)
+
+static const xm_ir_type_t *in(const xm_ir_rule_ctx_t *c, int i) {
+  return &c->op->operands[i]->type;
+}
+
+static void copy_type(const xm_ir_type_t *t, xm_ir_type_t *out) {
+  xm_ir_rule_set_result(out, t->dtype, t->rank, t->dims, t->dynamic);
+}
+
+/* Operand i must have exactly the type of operand j (sharding ignored). */
+static bool need_same_type(xm_ir_rule_ctx_t *c, int i, int j) {
+  if (xm_ir_type_equal(in(c, i), in(c, j))) return true;
+  xm_ir_rule_error(c, "operand %d has type %s but operand %d has %s (must be equal)", i,
+                   TT(in(c, i)), j, TT(in(c, j)));
+  return false;
+}
+
+static bool need_scalar_f32(xm_ir_rule_ctx_t *c, int i) {
+  if (in(c, i)->rank == 0 && in(c, i)->dtype == XM_DT_F32) return true;
+  xm_ir_rule_error(c, "operand %d must be f32[] but has type %s", i, TT(in(c, i)));
+  return false;
+}
+
+/* The op defining operand i must have code `code`. */
+static const xm_ir_op_t *need_def(xm_ir_rule_ctx_t *c, int i, xm_ir_opcode_t code) {
+  const xm_ir_op_t *def = c->op->operands[i]->def;
+  if (def && def->code == code) return def;
+  const char *got = def && (int)def->code >= 0 && def->code < XM_OP_COUNT_
+                        ? xm_ir_opinfo(def->code)->name
+                        : "nothing";
+  xm_ir_rule_error(c, "operand %d must be the result of a %s op but comes from %s", i,
+                   xm_ir_opinfo(code)->name, got);
+  return NULL;
+}
+
+/* ---- dense backward ---------------------------------------------------- */
+
+/* dy[...,N], w[N,K] -> dx[...,K] */
+static void rule_matmul_dx(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  xm_ir_rule_need_rank(c, 0, -1);
+  xm_ir_rule_need_float(c, 0);
+  xm_ir_rule_need_rank(c, 1, 2);
+  xm_ir_rule_need_float(c, 1);
+  if (c->errors > e0) return;
+  const xm_ir_type_t *dy = in(c, 0), *w = in(c, 1);
+  if (!xm_ir_rule_need_dim_eq(c, "output dim", 0, dy->rank - 1, 1, 0)) return;
+  int64_t dims[XM_IR_MAX_RANK];
+  bool dyn[XM_IR_MAX_RANK];
+  for (int i = 0; i < dy->rank; i++)
+    dims[i] = dy->dims[i], dyn[i] = dy->dynamic[i];
+  dims[dy->rank - 1] = w->dims[1];
+  dyn[dy->rank - 1] = w->dynamic[1];
+  xm_ir_rule_set_result(out, dy->dtype, dy->rank, dims, dyn);
+}
+
+/* dy[...,N], x[...,K] -> dw[N,K] */
+static void rule_matmul_dw(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  xm_ir_rule_need_rank(c, 0, -1);
+  xm_ir_rule_need_float(c, 0);
+  xm_ir_rule_need_rank(c, 1, -1);
+  xm_ir_rule_need_float(c, 1);
+  if (c->errors > e0) return;
+  const xm_ir_type_t *dy = in(c, 0), *x = in(c, 1);
+  if (dy->rank != x->rank) {
+    xm_ir_rule_error(c, "operands 0 %s and 1 %s must have the same rank", TT(dy), TT(x));
+    return;
+  }
+  for (int i = 0; i + 1 < dy->rank; i++)
+    xm_ir_rule_need_dim_eq(c, "leading dim", 0, i, 1, i);
+  if (c->errors > e0) return;
+  int64_t dims[2] = {dy->dims[dy->rank - 1], x->dims[x->rank - 1]};
+  bool dyn[2] = {dy->dynamic[dy->rank - 1], x->dynamic[x->rank - 1]};
+  xm_ir_rule_set_result(out, dy->dtype, 2, dims, dyn);
+}
+
+/* The result type is the op's own: a trailing suffix of the operand's. */
+static void rule_reduce_to(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  const xm_ir_type_t *x = in(c, 0);
+  if (out->dtype != x->dtype)
+    xm_ir_rule_error(c, "result type %s has another dtype than operand 0 %s", TT(out), TT(x));
+  bool suffix = out->rank <= x->rank;
+  for (int i = 0; suffix && i < out->rank; i++) {
+    int j = x->rank - out->rank + i;
+    suffix = out->dims[i] == x->dims[j] && out->dynamic[i] == x->dynamic[j];
+  }
+  if (!suffix)
+    xm_ir_rule_error(c, "result type %s is not a trailing suffix of operand 0 %s", TT(out), TT(x));
+}
+
+/* dy[...,H], x[...,H], w[H] -> dx (x's type), dw (w's type) */
+static void rule_rmsnorm_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  xm_ir_rule_attr_float(c, "eps", true);
+  int e0 = c->errors;
+  xm_ir_rule_need_rank(c, 1, -1);
+  xm_ir_rule_need_float(c, 1);
+  xm_ir_rule_need_rank(c, 2, 1);
+  xm_ir_rule_need_float(c, 2);
+  if (c->errors > e0) return;
+  need_same_type(c, 0, 1);
+  xm_ir_rule_need_dim_eq(c, "size", 2, 0, 1, in(c, 1)->rank - 1);
+  if (c->errors > e0) return;
+  copy_type(in(c, 1), &out[0]);
+  copy_type(in(c, 2), &out[1]);
+}
+
+static void rule_rope_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  xm_ir_rule_attr_float(c, "theta", true);
+  int e0 = c->errors;
+  xm_ir_rule_need_rank(c, 0, 4);
+  xm_ir_rule_need_float(c, 0);
+  if (c->errors > e0) return;
+  copy_type(in(c, 0), out);
+}
+
+/* dout[B,S,Hq,Dv], q[B,S,Hq,D], k[B,S,Hkv,D], v[B,S,Hkv,Dv] -> dq, dk, dv */
+static void rule_attention_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  xm_ir_rule_attr_float(c, "scale", true);
+  bool ok = true;
+  for (int i = 0; i < 4; i++)
+    ok = xm_ir_rule_need_rank(c, i, 4) && xm_ir_rule_need_float(c, i) && ok;
+  if (!ok) return;
+  int e0 = c->errors;
+  for (int i = 0; i < 2; i++) {
+    xm_ir_rule_need_dim_eq(c, i ? "sequence dim" : "batch dim", 2, i, 1, i);
+    xm_ir_rule_need_dim_eq(c, i ? "sequence dim" : "batch dim", 3, i, 1, i);
+    xm_ir_rule_need_dim_eq(c, i ? "sequence dim" : "batch dim", 0, i, 1, i);
+  }
+  xm_ir_rule_need_dim_eq(c, "kv head count", 3, 2, 2, 2);
+  xm_ir_rule_need_dim_eq(c, "head dim", 2, 3, 1, 3);
+  xm_ir_rule_need_dim_eq(c, "head count", 0, 2, 1, 2);
+  xm_ir_rule_need_dim_eq(c, "value dim", 0, 3, 3, 3);
+  if (c->errors > e0) return;
+  if (in(c, 2)->dims[2] < 1 || in(c, 1)->dims[2] % in(c, 2)->dims[2] != 0) {
+    xm_ir_rule_error(c, "query heads %lld are not a multiple of key/value heads %lld",
+                     (long long)in(c, 1)->dims[2], (long long)in(c, 2)->dims[2]);
+    return;
+  }
+  for (int i = 0; i < 3; i++)
+    copy_type(in(c, i + 1), &out[i]);
+}
+
+/* dy[...,H], tokens i32[...] -> dtable[vocab,H] */
+static void rule_embedding_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int64_t vocab = 0;
+  int e0 = c->errors;
+  xm_ir_rule_attr_int(c, "vocab", 1, INT64_MAX, &vocab);
+  xm_ir_rule_need_rank(c, 0, -2);
+  xm_ir_rule_need_float(c, 0);
+  xm_ir_rule_need_index(c, 1);
+  if (c->errors > e0) return;
+  const xm_ir_type_t *dy = in(c, 0), *tok = in(c, 1);
+  bool ok = tok->rank == dy->rank - 1;
+  for (int i = 0; ok && i < tok->rank; i++)
+    ok = tok->dims[i] == dy->dims[i] && tok->dynamic[i] == dy->dynamic[i];
+  if (!ok) {
+    xm_ir_rule_error(c, "operand 1 shape %s must equal the leading dims of operand 0 shape %s",
+                     TT(tok), TT(dy));
+    return;
+  }
+  int64_t dims[2] = {vocab, dy->dims[dy->rank - 1]};
+  bool dyn[2] = {false, dy->dynamic[dy->rank - 1]};
+  xm_ir_rule_set_result(out, dy->dtype, 2, dims, dyn);
+}
+
+/* dy and every forward input share one float type; each gradient has it. */
+static void rule_elementwise_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  if (!xm_ir_rule_need_float(c, 0)) return;
+  int e0 = c->errors;
+  for (int i = 1; i < c->op->num_operands; i++)
+    need_same_type(c, i, 0);
+  if (c->errors > e0) return;
+  for (int r = 0; r < c->op->num_results; r++)
+    copy_type(in(c, 0), &out[r]);
+}
+
+/* dloss f32[], logits[...,V], labels[...] -> dlogits */
+static void rule_cross_entropy_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  need_scalar_f32(c, 0);
+  xm_ir_rule_need_rank(c, 1, -1);
+  xm_ir_rule_need_float(c, 1);
+  xm_ir_rule_need_index(c, 2);
+  if (c->errors > e0) return;
+  const xm_ir_type_t *lg = in(c, 1), *lb = in(c, 2);
+  bool ok = lb->rank == lg->rank - 1;
+  for (int i = 0; ok && i < lb->rank; i++)
+    ok = lb->dims[i] == lg->dims[i] && lb->dynamic[i] == lg->dynamic[i];
+  if (!ok) {
+    xm_ir_rule_error(c, "operand 2 shape %s must equal the leading dims of operand 1 shape %s",
+                     TT(lb), TT(lg));
+    return;
+  }
+  copy_type(lg, out);
+}
+
+/* ---- router and MoE backward ------------------------------------------- */
+
+static const char *const k_scoring_choices[] = {"softmax", "sigmoid", NULL};
+
+/* Operand i is f32[T,E]. */
+static bool need_scores(xm_ir_rule_ctx_t *c, int i) {
+  return xm_ir_rule_need_rank(c, i, 2) && xm_ir_rule_need_dtype(c, i, XM_DT_F32);
+}
+
+/* dloss f32[], scores f32[T,E], experts i32[T,k] -> dscores f32[T,E] */
+static void rule_aux_loss_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  xm_ir_rule_attr_float(c, "alpha", true);
+  int e0 = c->errors;
+  need_scalar_f32(c, 0);
+  need_scores(c, 1);
+  xm_ir_rule_need_rank(c, 2, 2);
+  xm_ir_rule_need_dtype(c, 2, XM_DT_I32);
+  if (c->errors > e0) return;
+  if (!xm_ir_rule_need_dim_eq(c, "token count", 2, 0, 1, 0)) return;
+  copy_type(in(c, 1), out);
+}
+
+/* dscores f32[T,E], scores f32[T,E] -> dlogits f32[T,E] */
+static void rule_router_score_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  xm_ir_rule_attr_choice(c, "scoring", k_scoring_choices, true);
+  int e0 = c->errors;
+  need_scores(c, 0);
+  if (c->errors > e0) return;
+  if (!need_same_type(c, 1, 0)) return;
+  copy_type(in(c, 0), out);
+}
+
+/* dweights f32[T,k], scores f32[T,E], experts i32[T,k] -> dscores f32[T,E] */
+static void rule_topk_route_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  xm_ir_rule_need_rank(c, 0, 2);
+  xm_ir_rule_need_dtype(c, 0, XM_DT_F32);
+  need_scores(c, 1);
+  xm_ir_rule_need_rank(c, 2, 2);
+  xm_ir_rule_need_dtype(c, 2, XM_DT_I32);
+  xm_ir_rule_attr_bool(c, "norm_topk_prob", true);
+  xm_ir_rule_attr_float(c, "routed_scaling", true);
+  if (c->errors > e0) return;
+  int64_t k = 0;
+  if (!xm_ir_rule_attr_int(c, "k", 1, in(c, 1)->dims[1], &k)) return;
+  xm_ir_rule_need_dim_eq(c, "token count", 0, 0, 1, 0);
+  xm_ir_rule_need_dim_eq(c, "token count", 2, 0, 1, 0);
+  xm_ir_rule_need_dim_eq(c, "slots per token", 2, 1, 0, 1);
+  if (c->errors > e0) return;
+  if (in(c, 0)->dims[1] != k)
+    xm_ir_rule_error(c, "operand 0 %s must have k = %lld slots per token", TT(in(c, 0)),
+                     (long long)k);
+  if (c->errors > e0) return;
+  copy_type(in(c, 1), out);
+}
+
+/* dy[N,H], indices i32[N] -> dx[tokens,H] */
+static void rule_gather_rows_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int64_t k = 0, tokens = 0;
+  int e0 = c->errors;
+  xm_ir_rule_attr_int(c, "k", 1, INT64_MAX, &k);
+  xm_ir_rule_attr_int(c, "tokens", 1, INT64_MAX, &tokens);
+  xm_ir_rule_need_rank(c, 0, 2);
+  xm_ir_rule_need_float(c, 0);
+  xm_ir_rule_need_rank(c, 1, 1);
+  xm_ir_rule_need_dtype(c, 1, XM_DT_I32);
+  if (c->errors > e0) return;
+  if (!xm_ir_rule_need_dim_eq(c, "row count", 1, 0, 0, 0)) return;
+  int64_t slots;
+  if (__builtin_mul_overflow(tokens, k, &slots) || in(c, 0)->dims[0] > slots) {
+    xm_ir_rule_error(c, "operand 0 %s has more rows than tokens * k = %lld * %lld", TT(in(c, 0)),
+                     (long long)tokens, (long long)k);
+    return;
+  }
+  int64_t dims[2] = {tokens, in(c, 0)->dims[1]};
+  bool dyn[2] = {false, in(c, 0)->dynamic[1]};
+  xm_ir_rule_set_result(out, in(c, 0)->dtype, 2, dims, dyn);
+}
+
+/* Operand i is the i32[E] row count per expert, E = dim 0 of operand j. */
+static bool need_tpe(xm_ir_rule_ctx_t *c, int i, int j) {
+  return xm_ir_rule_need_rank(c, i, 1) && xm_ir_rule_need_dtype(c, i, XM_DT_I32) &&
+         xm_ir_rule_need_dim_eq(c, "expert count", i, 0, j, 0);
+}
+
+/* dy[N,M], w[E,M,K], tpe i32[E] -> dx[N,K] */
+static void rule_grouped_matmul_dx(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  xm_ir_rule_need_rank(c, 0, 2);
+  xm_ir_rule_need_float(c, 0);
+  xm_ir_rule_need_rank(c, 1, 3);
+  xm_ir_rule_need_float(c, 1);
+  if (c->errors > e0) return;
+  need_tpe(c, 2, 1);
+  xm_ir_rule_need_dim_eq(c, "output dim", 0, 1, 1, 1);
+  if (c->errors > e0) return;
+  const xm_ir_type_t *dy = in(c, 0), *w = in(c, 1);
+  int64_t dims[2] = {dy->dims[0], w->dims[2]};
+  bool dyn[2] = {dy->dynamic[0], w->dynamic[2]};
+  xm_ir_rule_set_result(out, dy->dtype, 2, dims, dyn);
+}
+
+/* dy[N,M], x[N,K], tpe i32[E] -> dw[E,M,K] */
+static void rule_grouped_matmul_dw(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  xm_ir_rule_need_rank(c, 0, 2);
+  xm_ir_rule_need_float(c, 0);
+  xm_ir_rule_need_rank(c, 1, 2);
+  xm_ir_rule_need_float(c, 1);
+  xm_ir_rule_need_rank(c, 2, 1);
+  xm_ir_rule_need_dtype(c, 2, XM_DT_I32);
+  if (c->errors > e0) return;
+  if (!xm_ir_rule_need_dim_eq(c, "row count", 1, 0, 0, 0)) return;
+  const xm_ir_type_t *dy = in(c, 0), *x = in(c, 1), *tpe = in(c, 2);
+  int64_t dims[3] = {tpe->dims[0], dy->dims[1], x->dims[1]};
+  bool dyn[3] = {tpe->dynamic[0], dy->dynamic[1], x->dynamic[1]};
+  xm_ir_rule_set_result(out, dy->dtype, 3, dims, dyn);
+}
+
+/* dout[T,H], y[N,H], indices i32[N], weights f32[T,k] -> dy[N,H], dweights */
+static void rule_scatter_combine_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  xm_ir_rule_need_rank(c, 0, 2);
+  xm_ir_rule_need_float(c, 0);
+  xm_ir_rule_need_rank(c, 1, 2);
+  xm_ir_rule_need_float(c, 1);
+  xm_ir_rule_need_rank(c, 2, 1);
+  xm_ir_rule_need_dtype(c, 2, XM_DT_I32);
+  xm_ir_rule_need_rank(c, 3, 2);
+  xm_ir_rule_need_dtype(c, 3, XM_DT_F32);
+  if (c->errors > e0) return;
+  xm_ir_rule_need_dim_eq(c, "token count", 3, 0, 0, 0);
+  xm_ir_rule_need_dim_eq(c, "hidden size", 1, 1, 0, 1);
+  xm_ir_rule_need_dim_eq(c, "slot count", 2, 0, 1, 0);
+  if (c->errors > e0) return;
+  copy_type(in(c, 1), &out[0]);
+  copy_type(in(c, 3), &out[1]);
+}
+
+/* ---- state and the optimizer step -------------------------------------- */
+
+static const char *const k_state_kinds[] = {"grad", "adam_m", "adam_v", "load", NULL};
+
+/* The type is free, like a param's. */
+static void rule_state(xm_ir_rule_ctx_t *c) {
+  xm_ir_rule_attr_choice(c, "name", NULL, true);
+  xm_ir_rule_attr_choice(c, "kind", k_state_kinds, true);
+  xm_ir_rule_attr_choice(c, "of", NULL, true);
+}
+
+static void rule_accumulate(xm_ir_rule_ctx_t *c) {
+  const xm_ir_op_t *acc = need_def(c, 0, XM_OP_STATE);
+  if (!need_same_type(c, 1, 0)) return;
+  xm_dtype_t dt = in(c, 0)->dtype;
+  bool is_load = acc && strcmp(xm_ir_op_get_string(acc, "kind", ""), "load") == 0;
+  if (dt != XM_DT_F32 && !(dt == XM_DT_I32 && is_load))
+    xm_ir_rule_error(c, "operand 0 %s must be f32 (i32 only for a load state)", TT(in(c, 0)));
+}
+
+static void rule_zero(xm_ir_rule_ctx_t *c) { need_def(c, 0, XM_OP_STATE); }
+
+static void rule_grad_norm_sq(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  xm_ir_rule_set_result(out, XM_DT_F32, 0, NULL, NULL);
+  if (c->op->num_operands < 1) {
+    xm_ir_rule_error(c, "grad_norm_sq needs at least one operand");
+    return;
+  }
+  for (int i = 0; i < c->op->num_operands; i++)
+    xm_ir_rule_need_float(c, i);
+}
+
+/* param, grad, m, v, norm_sq f32[] */
+static void rule_adamw(xm_ir_rule_ctx_t *c) {
+  xm_ir_rule_attr_bool(c, "decay", true);
+  need_def(c, 0, XM_OP_PARAM);
+  for (int i = 1; i < 4; i++) {
+    need_def(c, i, XM_OP_STATE);
+    need_same_type(c, i, 0);
+  }
+  xm_ir_rule_need_float(c, 0);
+  need_scalar_f32(c, 4);
+}
+
+/* bias f32[E] (a param), load i32[E] (a state) */
+static void rule_aux_free_update(xm_ir_rule_ctx_t *c) {
+  xm_ir_rule_attr_float(c, "gamma", true);
+  need_def(c, 0, XM_OP_PARAM);
+  need_def(c, 1, XM_OP_STATE);
+  int e0 = c->errors;
+  xm_ir_rule_need_rank(c, 0, 1);
+  xm_ir_rule_need_dtype(c, 0, XM_DT_F32);
+  xm_ir_rule_need_rank(c, 1, 1);
+  xm_ir_rule_need_dtype(c, 1, XM_DT_I32);
+  if (c->errors > e0) return;
+  xm_ir_rule_need_dim_eq(c, "expert count", 1, 0, 0, 0);
+}
+
+/* ---- dispatch ---------------------------------------------------------- */
+
+void xm_ir_verify_train_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  switch (c->op->code) {
+  case XM_OP_MATMUL_DX: rule_matmul_dx(c, out); break;
+  case XM_OP_MATMUL_DW: rule_matmul_dw(c, out); break;
+  case XM_OP_REDUCE_TO: rule_reduce_to(c, out); break;
+  case XM_OP_RMSNORM_GRAD: rule_rmsnorm_grad(c, out); break;
+  case XM_OP_ROPE_GRAD: rule_rope_grad(c, out); break;
+  case XM_OP_ATTENTION_GRAD: rule_attention_grad(c, out); break;
+  case XM_OP_EMBEDDING_GRAD: rule_embedding_grad(c, out); break;
+  case XM_OP_SWIGLU_GRAD:
+  case XM_OP_SILU_GRAD:
+  case XM_OP_GELU_GRAD:
+  case XM_OP_SIGMOID_GRAD: rule_elementwise_grad(c, out); break;
+  case XM_OP_CROSS_ENTROPY_GRAD: rule_cross_entropy_grad(c, out); break;
+  case XM_OP_AUX_LOSS_GRAD: rule_aux_loss_grad(c, out); break;
+  case XM_OP_ROUTER_SCORE_GRAD: rule_router_score_grad(c, out); break;
+  case XM_OP_TOPK_ROUTE_GRAD: rule_topk_route_grad(c, out); break;
+  case XM_OP_GATHER_ROWS_GRAD: rule_gather_rows_grad(c, out); break;
+  case XM_OP_GROUPED_MATMUL_DX: rule_grouped_matmul_dx(c, out); break;
+  case XM_OP_GROUPED_MATMUL_DW: rule_grouped_matmul_dw(c, out); break;
+  case XM_OP_SCATTER_COMBINE_GRAD: rule_scatter_combine_grad(c, out); break;
+  case XM_OP_STATE: rule_state(c); break;
+  case XM_OP_ACCUMULATE: rule_accumulate(c); break;
+  case XM_OP_ZERO: rule_zero(c); break;
+  case XM_OP_GRAD_NORM_SQ: rule_grad_norm_sq(c, out); break;
+  case XM_OP_ADAMW: rule_adamw(c); break;
+  case XM_OP_AUX_FREE_UPDATE: rule_aux_free_update(c); break;
+  default: xm_ir_rule_error(c, "is not a training op (internal dispatch error)"); break;
+  }
+}

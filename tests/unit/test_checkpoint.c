@@ -1,0 +1,679 @@
+/* tests/unit/test_checkpoint.c — checkpoints of a hand-built program: bit-exact
+ * round trips, Hugging Face names and shapes in the files (headers parsed
+ * here independently of the reader), sharded saves, the optimizer file,
+ * atomic replacement and recovery from simulated crashes, and every
+ * mismatch between files and program reported with its file and name. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "runtime/checkpoint.h"
+#include "runtime/safetensors.h"
+#include "support/strbuf.h"
+
+/* ---- the program: embed [5,4], 3 stacked experts [3,2,4], a bias, a norm,
+ * their grads and AdamW moments, an i32 load accumulator, an activation. */
+
+enum { V = 5, H = 4, E = 3, F = 2 };
+#define EXPERT "model.layers.0.mlp.experts.{e}.gate_proj.weight"
+#define BIAS "model.layers.0.mlp.gate.e_score_correction_bias"
+
+#define W_ XM_RT_CAT_WEIGHTS
+#define G_ XM_RT_CAT_GRADS
+#define O_ XM_RT_CAT_OPTIMIZER
+#define T_(n, c, d, p, r, ...)                                                                     \
+  {                                                                                                \
+    .name = n, .category = c, .dtype = d, .rank = r, .dims = {__VA_ARGS__}, .persistent = 1,       \
+    .trainable = 1, .param = p                                                                     \
+  }
+
+/* clang-format off */
+static xm_rt_tensor_t g_tensors[] = {
+    T_("model.embed_tokens.weight",            W_, XM_RT_F32, -1, 2, V, H),
+    T_(EXPERT,                                 W_, XM_RT_F32, -1, 3, E, F, H),
+    T_(BIAS,                                   W_, XM_RT_F32, -1, 1, E),
+    T_("model.norm.weight",                    W_, XM_RT_F32, -1, 1, H),
+    T_("model.embed_tokens.weight.grad",       G_, XM_RT_F32, 0, 2, V, H),
+    T_(EXPERT ".grad",                         G_, XM_RT_F32, 1, 3, E, F, H),
+    T_("model.embed_tokens.weight.exp_avg",    O_, XM_RT_F32, 0, 2, V, H),
+    T_("model.embed_tokens.weight.exp_avg_sq", O_, XM_RT_F32, 0, 2, V, H),
+    T_(EXPERT ".exp_avg",                      O_, XM_RT_F32, 1, 3, E, F, H),
+    T_(EXPERT ".exp_avg_sq",                   O_, XM_RT_F32, 1, 3, E, F, H),
+    T_("model.norm.weight.exp_avg",            O_, XM_RT_F32, 3, 1, H),
+    T_("model.norm.weight.exp_avg_sq",         O_, XM_RT_F32, 3, 1, H),
+    T_("model.layers.0.mlp.gate.load",         O_, XM_RT_I32, 2, 1, E),
+    {.name = "%17", .category = XM_RT_CAT_ACTIVATIONS, .rank = 2, .dims = {2, H}, .param = -1},
+};
+/* clang-format on */
+enum { NT = sizeof g_tensors / sizeof g_tensors[0] };
+
+static const char k_config[] = "{\"hidden_size\": 4, \"n_routed_experts\": 3}\n";
+static const char k_spec[] = "{\"model\": {\"name\": \"toy\"}}\n";
+
+static xm_rt_program_t g_program;
+static xm_rt_context_t g_ctx;
+
+static void program_init(void) {
+  int64_t persist = 0, act = 0;
+  for (int i = 0; i < NT; i++) {
+    xm_rt_tensor_t *t = &g_tensors[i];
+    int64_t n = 4;
+    for (int d = 0; d < t->rank; d++)
+      n *= t->dims[d];
+    t->bytes = n;
+    int64_t *top = t->persistent ? &persist : &act;
+    t->offset = *top;
+    *top += (n + 63) / 64 * 64;
+  }
+  memset(&g_program, 0, sizeof g_program);
+  g_program.model_name = "toy";
+  g_program.config_json = k_config;
+  g_program.spec_json = k_spec;
+  g_program.vocab = V, g_program.seq_len = 8, g_program.micro_batch = 2, g_program.grad_accum = 1;
+  g_program.lr = 3e-4, g_program.min_lr = 3e-5, g_program.weight_decay = 0.1;
+  g_program.beta1 = 0.9, g_program.beta2 = 0.95, g_program.adam_eps = 1e-8;
+  g_program.grad_clip = 1.0, g_program.warmup_steps = 10, g_program.train_steps = 100;
+  g_program.seed = 0xfedcba9876543210ull;
+  g_program.persistent_bytes = persist;
+  g_program.activation_bytes = act;
+  g_program.num_tensors = NT;
+  g_program.tensors = g_tensors;
+  g_program.tokens = g_program.labels = g_program.loss = g_program.ce_loss = -1;
+  memset(&g_ctx, 0, sizeof g_ctx);
+  g_ctx.world = 1;
+  g_ctx.ranks_per_node = 1;
+  g_ctx.num_nodes = 1;
+}
+
+/* An exec whose persistent arena holds pseudo-random bit patterns (NaNs,
+ * denormals and negative zeros included: the round trip must be exact). */
+static xm_rt_exec_t *exec_new(uint32_t seed) {
+  xm_rt_exec_t *x = calloc(1, sizeof *x);
+  x->program = &g_program;
+  x->ctx = &g_ctx;
+  x->persist = malloc((size_t)g_program.persistent_bytes);
+  x->beta1 = 0.9f, x->beta2 = 0.95f, x->adam_eps = 1e-8f, x->lr = 1e-4f;
+  uint32_t s = seed * 2654435761u + 12345u;
+  for (int64_t i = 0; i < g_program.persistent_bytes; i += 4) {
+    s = s * 1664525u + 1013904223u;
+    memcpy(x->persist + i, &s, 4);
+  }
+  return x;
+}
+
+static void exec_free(xm_rt_exec_t *x) {
+  free(x->persist);
+  free(x);
+}
+
+static const xm_rt_tensor_t *tensor(const char *name) {
+  for (int i = 0; i < NT; i++)
+    if (strcmp(g_tensors[i].name, name) == 0) return &g_tensors[i];
+  fail_msg("no tensor %s", name);
+  return NULL;
+}
+
+static void assert_category_equal(const xm_rt_exec_t *a, const xm_rt_exec_t *b, int cat) {
+  for (int i = 0; i < NT; i++) {
+    const xm_rt_tensor_t *t = &g_tensors[i];
+    if (t->persistent && t->category == cat)
+      assert_memory_equal(a->persist + t->offset, b->persist + t->offset, (size_t)t->bytes);
+  }
+}
+
+static void assert_category_zero(const xm_rt_exec_t *x, int cat) {
+  for (int i = 0; i < NT; i++) {
+    const xm_rt_tensor_t *t = &g_tensors[i];
+    for (int64_t k = 0; t->persistent && t->category == cat && k < t->bytes; k++)
+      assert_int_equal(x->persist[t->offset + k], 0);
+  }
+}
+
+/* ---- files ---- */
+
+static char *g_root;
+
+static int rm_cb(const char *p, const struct stat *s, int f, struct FTW *w) {
+  (void)s, (void)f, (void)w;
+  return remove(p);
+}
+
+static void rm_tree(const char *p) { nftw(p, rm_cb, 8, FTW_DEPTH | FTW_PHYS); }
+
+static char *path_of(const char *a, const char *b) {
+  xm_strbuf_t s;
+  xm_strbuf_init(&s);
+  xm_strbuf_printf(&s, "%s/%s", a, b);
+  return xm_strbuf_take(&s);
+}
+
+static bool exists(const char *dir, const char *name) {
+  char *p = path_of(dir, name);
+  struct stat sb;
+  bool r = stat(p, &sb) == 0;
+  free(p);
+  return r;
+}
+
+static char *read_text(const char *dir, const char *name) {
+  char *p = path_of(dir, name), *data = NULL;
+  size_t n = 0;
+  assert_int_equal(xm_read_file(p, &data, &n), 0);
+  free(p);
+  return data;
+}
+
+static void write_bytes(const char *dir, const char *name, const void *data, size_t n) {
+  char *p = path_of(dir, name);
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, n, f), n);
+  fclose(f);
+  free(p);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+  write_bytes(dir, name, text, strlen(text));
+}
+
+/* Number of entries of the root that start with "<base>." (leftovers). */
+static int siblings(const char *base) {
+  DIR *d = opendir(g_root);
+  int n = 0;
+  size_t nb = strlen(base);
+  for (struct dirent *e; (e = readdir(d));)
+    if (strncmp(e->d_name, base, nb) == 0 && e->d_name[nb] == '.') n++;
+  closedir(d);
+  return n;
+}
+
+/* The header of a safetensors file, parsed here without the reader. */
+static cJSON *header_of(const char *dir, const char *name, uint64_t *out_data_start) {
+  char *p = path_of(dir, name), *data = NULL;
+  size_t n = 0;
+  assert_int_equal(xm_read_file(p, &data, &n), 0);
+  free(p);
+  assert_true(n >= 8);
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; i--)
+    len = (len << 8) | (unsigned char)data[i];
+  assert_true(8 + len <= n);
+  assert_int_equal((8 + len) % 8, 0);
+  cJSON *j = cJSON_ParseWithLength(data + 8, (size_t)len);
+  assert_non_null(j);
+  if (out_data_start) *out_data_start = 8 + len;
+  free(data);
+  return j;
+}
+
+static bool diag_has(const xm_diag_t *d, const char *file_suffix, const char *place,
+                     const char *needle) {
+  for (int i = 0; i < d->count; i++) {
+    const xm_diag_entry_t *e = &d->entries[i];
+    if (e->level != XM_DIAG_ERROR || !strstr(e->message, needle)) continue;
+    if (place && (!e->place || strcmp(e->place, place) != 0)) continue;
+    if (file_suffix) {
+      size_t nf = e->file ? strlen(e->file) : 0, ns = strlen(file_suffix);
+      if (nf < ns || strcmp(e->file + nf - ns, file_suffix) != 0) continue;
+    }
+    return true;
+  }
+  xm_diag_print(d, stderr);
+  return false;
+}
+
+static char *ckpt_dir(const char *name) { return path_of(g_root, name); }
+
+static const xm_rt_train_state_t k_state = {
+    .step = 17,
+    .data_pos = 12345,
+    .rng = {0xffffffffffffffffull, 1, 0x8000000000000001ull, 123456789012345678ull},
+    .last_loss = 2.718281828459045,
+};
+
+static void save_ok(const xm_rt_exec_t *x, const char *dir, bool opt) {
+  xm_diag_t d;
+  xm_diag_init(&d);
+  xm_status_t s = xm_rt_checkpoint_save(x, dir, &k_state, opt, &d);
+  if (s) xm_diag_print(&d, stderr);
+  assert_int_equal(s, XM_OK);
+  xm_diag_free(&d);
+}
+
+/* Loads into a fresh exec filled with other bits; returns it. */
+static xm_rt_exec_t *load_ok(const char *dir, bool opt, xm_rt_train_state_t *st) {
+  xm_rt_exec_t *y = exec_new(999);
+  xm_diag_t d;
+  xm_diag_init(&d);
+  xm_status_t s = xm_rt_checkpoint_load(y, dir, opt, st, &d);
+  if (s) xm_diag_print(&d, stderr);
+  assert_int_equal(s, XM_OK);
+  xm_diag_free(&d);
+  return y;
+}
+
+static void assert_same_state(const xm_rt_train_state_t *a, const xm_rt_train_state_t *b) {
+  assert_int_equal(a->step, b->step);
+  assert_int_equal(a->data_pos, b->data_pos);
+  for (int i = 0; i < 4; i++)
+    assert_true(a->rng[i] == b->rng[i]);
+  assert_memory_equal(&a->last_loss, &b->last_loss, sizeof(double));
+}
+
+static void expect_load_error(const char *dir, const char *file, const char *place,
+                              const char *message) {
+  xm_rt_exec_t *y = exec_new(77), *before = exec_new(77);
+  xm_rt_train_state_t st;
+  xm_diag_t d;
+  xm_diag_init(&d);
+  assert_int_equal(xm_rt_checkpoint_load(y, dir, true, &st, &d), XM_ERR_INVALID_INPUT);
+  assert_true(diag_has(&d, file, place, message));
+  /* Nothing is copied unless everything matches. */
+  assert_memory_equal(y->persist, before->persist, (size_t)g_program.persistent_bytes);
+  xm_diag_free(&d);
+  exec_free(y), exec_free(before);
+}
+
+/* ---- tests ---- */
+
+static void test_round_trip_exact(void **state) {
+  (void)state;
+  char *dir = ckpt_dir("rt");
+  xm_rt_exec_t *x = exec_new(1);
+  save_ok(x, dir, true);
+  xm_rt_train_state_t st;
+  xm_rt_exec_t *y = load_ok(dir, true, &st);
+  assert_category_equal(x, y, XM_RT_CAT_WEIGHTS);
+  assert_category_equal(x, y, XM_RT_CAT_OPTIMIZER);
+  assert_category_zero(y, XM_RT_CAT_GRADS);
+  assert_same_state(&st, &k_state);
+  assert_true(exists(dir, "model.safetensors"));
+  assert_false(exists(dir, "model.safetensors.index.json"));
+  assert_true(exists(dir, "optimizer.safetensors"));
+  char *cfg = read_text(dir, "config.json"), *spec = read_text(dir, "spec.json");
+  assert_string_equal(cfg, k_config);
+  assert_string_equal(spec, k_spec);
+  free(cfg), free(spec);
+  assert_int_equal(siblings("rt"), 0);
+  /* trainer_state.json keeps the RNG as exact decimal strings. */
+  char *ts = read_text(dir, "trainer_state.json");
+  cJSON *j = cJSON_Parse(ts);
+  assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "rng"), 0)->valuestring,
+                      "18446744073709551615");
+  assert_string_equal(cJSON_GetObjectItem(j, "model_name")->valuestring, "toy");
+  cJSON *set = cJSON_GetObjectItem(j, "settings");
+  assert_string_equal(cJSON_GetObjectItem(set, "seed")->valuestring, "18364758544493064720");
+  assert_string_equal(cJSON_GetObjectItem(set, "lr_schedule")->valuestring, "cosine");
+  assert_true(cJSON_GetObjectItem(set, "weight_decay")->valuedouble == 0.1);
+  cJSON_Delete(j);
+  free(ts);
+  exec_free(x), exec_free(y);
+  free(dir);
+}
+
+static void test_hf_names_in_files(void **state) {
+  (void)state;
+  char *dir = ckpt_dir("names");
+  xm_rt_exec_t *x = exec_new(2);
+  save_ok(x, dir, true);
+  uint64_t start = 0;
+  cJSON *h = header_of(dir, "model.safetensors", &start);
+  const char *want[] = {"model.embed_tokens.weight",
+                        "model.layers.0.mlp.experts.0.gate_proj.weight",
+                        "model.layers.0.mlp.experts.1.gate_proj.weight",
+                        "model.layers.0.mlp.experts.2.gate_proj.weight",
+                        BIAS,
+                        "model.norm.weight"};
+  assert_int_equal(cJSON_GetArraySize(h), 7); /* + __metadata__ */
+  assert_string_equal(
+      cJSON_GetObjectItem(cJSON_GetObjectItem(h, "__metadata__"), "format")->valuestring, "pt");
+  const char *prev = "";
+  for (cJSON *e = h->child->next; e; e = e->next) { /* sorted by name */
+    assert_true(strcmp(prev, e->string) < 0);
+    assert_null(strstr(e->string, "{e}"));
+    prev = e->string;
+  }
+  for (int i = 0; i < 6; i++)
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(h, want[i]));
+  cJSON *e1 = cJSON_GetObjectItem(h, "model.layers.0.mlp.experts.1.gate_proj.weight");
+  assert_string_equal(cJSON_GetObjectItem(e1, "dtype")->valuestring, "F32");
+  cJSON *shape = cJSON_GetObjectItem(e1, "shape");
+  assert_int_equal(cJSON_GetArraySize(shape), 2);
+  assert_int_equal(cJSON_GetArrayItem(shape, 0)->valueint, F);
+  assert_int_equal(cJSON_GetArrayItem(shape, 1)->valueint, H);
+  /* Expert 1's bytes are the second slice of the stacked arena tensor. */
+  int b = cJSON_GetArrayItem(cJSON_GetObjectItem(e1, "data_offsets"), 0)->valueint;
+  int e = cJSON_GetArrayItem(cJSON_GetObjectItem(e1, "data_offsets"), 1)->valueint;
+  assert_int_equal(e - b, F * H * 4);
+  char *raw = NULL;
+  size_t n = 0;
+  char *p = path_of(dir, "model.safetensors");
+  assert_int_equal(xm_read_file(p, &raw, &n), 0);
+  assert_memory_equal(raw + start + b, x->persist + tensor(EXPERT)->offset + F * H * 4, F * H * 4);
+  free(raw), free(p);
+  cJSON_Delete(h);
+  h = header_of(dir, "optimizer.safetensors", NULL);
+  assert_int_equal(cJSON_GetArraySize(h), 12); /* 11 states + __metadata__ */
+  assert_non_null(cJSON_GetObjectItem(h, "model.embed_tokens.weight.exp_avg"));
+  assert_non_null(
+      cJSON_GetObjectItem(h, "model.layers.0.mlp.experts.2.gate_proj.weight.exp_avg_sq"));
+  cJSON *load = cJSON_GetObjectItem(h, "model.layers.0.mlp.gate.load");
+  assert_string_equal(cJSON_GetObjectItem(load, "dtype")->valuestring, "I32");
+  for (cJSON *it = h->child; it; it = it->next)
+    assert_null(strstr(it->string, ".grad"));
+  cJSON_Delete(h);
+  exec_free(x);
+  free(dir);
+}
+
+static void test_sharded(void **state) {
+  (void)state;
+  char *dir = ckpt_dir("sharded");
+  xm_rt_exec_t *x = exec_new(3);
+  /* embed 80 | experts 3 x 32 | bias 12 + norm 16: three shards of <= 100. */
+  setenv("XM_CKPT_SHARD_BYTES", "100", 1);
+  save_ok(x, dir, true);
+  unsetenv("XM_CKPT_SHARD_BYTES");
+  assert_false(exists(dir, "model.safetensors"));
+  for (int k = 1; k <= 3; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "model-%05d-of-00003.safetensors", k);
+    assert_true(exists(dir, name));
+  }
+  char *text = read_text(dir, "model.safetensors.index.json");
+  cJSON *idx = cJSON_Parse(text);
+  assert_int_equal(
+      cJSON_GetObjectItem(cJSON_GetObjectItem(idx, "metadata"), "total_size")->valueint,
+      80 + 96 + 12 + 16);
+  cJSON *map = cJSON_GetObjectItem(idx, "weight_map");
+  assert_int_equal(cJSON_GetArraySize(map), 6);
+  assert_string_equal(cJSON_GetObjectItem(map, "model.embed_tokens.weight")->valuestring,
+                      "model-00001-of-00003.safetensors");
+  assert_string_equal(
+      cJSON_GetObjectItem(map, "model.layers.0.mlp.experts.2.gate_proj.weight")->valuestring,
+      "model-00002-of-00003.safetensors");
+  assert_string_equal(cJSON_GetObjectItem(map, "model.norm.weight")->valuestring,
+                      "model-00003-of-00003.safetensors");
+  cJSON_Delete(idx);
+  free(text);
+  xm_rt_train_state_t st;
+  xm_rt_exec_t *y = load_ok(dir, true, &st);
+  assert_category_equal(x, y, XM_RT_CAT_WEIGHTS);
+  assert_category_equal(x, y, XM_RT_CAT_OPTIMIZER);
+  exec_free(y);
+  /* A weight map without the norm, then one naming a missing shard. */
+  idx = cJSON_Parse(text = read_text(dir, "model.safetensors.index.json"));
+  free(text);
+  map = cJSON_GetObjectItem(idx, "weight_map");
+  cJSON_DeleteItemFromObject(map, "model.norm.weight");
+  text = cJSON_Print(idx);
+  write_text(dir, "model.safetensors.index.json", text);
+  free(text);
+  expect_load_error(dir, "sharded/model.safetensors.index.json", "model.norm.weight",
+                    "missing tensor \"model.norm.weight\" (not in the weight map)");
+  expect_load_error(dir, "sharded/model-00003-of-00003.safetensors", "model.norm.weight",
+                    "index maps it to another file");
+  cJSON_ReplaceItemInObject(map, "model.embed_tokens.weight",
+                            cJSON_CreateString("model-00009-of-00003.safetensors"));
+  text = cJSON_Print(idx);
+  write_text(dir, "model.safetensors.index.json", text);
+  free(text);
+  cJSON_Delete(idx);
+  expect_load_error(dir, "sharded/model-00009-of-00003.safetensors", NULL, "cannot open");
+  /* A weight map naming an unknown tensor. */
+  write_text(dir, "model.safetensors.index.json",
+             "{\"weight_map\": {\"model.bogus\": \"model-00001-of-00003.safetensors\"}}");
+  y = exec_new(4);
+  xm_diag_t d;
+  xm_diag_init(&d);
+  assert_int_equal(xm_rt_checkpoint_load(y, dir, false, &st, &d), XM_ERR_INVALID_INPUT);
+  assert_true(
+      diag_has(&d, "model.safetensors.index.json", "/weight_map/model.bogus", "unexpected tensor"));
+  xm_diag_free(&d);
+  exec_free(y);
+  /* A malformed limit is bad input. */
+  setenv("XM_CKPT_SHARD_BYTES", "12k", 1);
+  xm_diag_init(&d);
+  assert_int_equal(xm_rt_checkpoint_save(x, dir, &k_state, true, &d), XM_ERR_INVALID_INPUT);
+  assert_true(diag_has(&d, NULL, "XM_CKPT_SHARD_BYTES", "positive number"));
+  xm_diag_free(&d);
+  unsetenv("XM_CKPT_SHARD_BYTES");
+  assert_int_equal(siblings("sharded"), 0);
+  exec_free(x);
+  free(dir);
+}
+
+static void test_optimizer_optional(void **state) {
+  (void)state;
+  char *dir = ckpt_dir("noopt");
+  xm_rt_exec_t *x = exec_new(5);
+  save_ok(x, dir, false);
+  assert_false(exists(dir, "optimizer.safetensors"));
+  xm_rt_exec_t *y = exec_new(6);
+  xm_rt_train_state_t st;
+  xm_diag_t d;
+  xm_diag_init(&d);
+  assert_int_equal(xm_rt_checkpoint_load(y, dir, true, &st, &d), XM_ERR_INVALID_INPUT);
+  assert_true(diag_has(&d, "optimizer.safetensors", NULL, "has none"));
+  xm_diag_free(&d);
+  exec_free(y);
+  y = load_ok(dir, false, &st);
+  assert_category_equal(x, y, XM_RT_CAT_WEIGHTS);
+  assert_category_zero(y, XM_RT_CAT_OPTIMIZER);
+  assert_category_zero(y, XM_RT_CAT_GRADS);
+  assert_same_state(&st, &k_state);
+  exec_free(x), exec_free(y);
+  free(dir);
+}
+
+/* Replaces `dir` atomically, with and without RENAME_EXCHANGE, and cleans
+ * the leftovers of crashed saves. */
+static void test_atomic_replace(void **state) {
+  (void)state;
+  char *dir = ckpt_dir("atomic");
+  xm_rt_exec_t *a = exec_new(10), *b = exec_new(11), *c = exec_new(12);
+  save_ok(a, dir, true);
+  /* A save that crashed while writing, and a stale old directory. */
+  char *junk = ckpt_dir("atomic.tmp-99999");
+  assert_int_equal(mkdir(junk, 0755), 0);
+  write_text(junk, "config.json", "{");
+  char *stale = ckpt_dir("atomic.old-424242");
+  assert_int_equal(mkdir(stale, 0755), 0);
+  char *keep = ckpt_dir("atomic.tmp-notes"); /* not ours: left alone */
+  write_text(g_root, "atomic.tmp-notes", "x");
+  xm_rt_train_state_t st;
+  xm_rt_exec_t *y = load_ok(dir, true, &st); /* the leftover does not disturb a load */
+  assert_category_equal(a, y, XM_RT_CAT_WEIGHTS);
+  exec_free(y);
+  save_ok(b, dir, true);
+  assert_int_equal(siblings("atomic"), 1); /* only atomic.tmp-notes */
+  y = load_ok(dir, true, &st);
+  assert_category_equal(b, y, XM_RT_CAT_WEIGHTS);
+  assert_category_equal(b, y, XM_RT_CAT_OPTIMIZER);
+  exec_free(y);
+  setenv("XM_CKPT_RENAME_EXCHANGE", "0", 1); /* the two-rename path */
+  save_ok(c, dir, true);
+  unsetenv("XM_CKPT_RENAME_EXCHANGE");
+  assert_int_equal(siblings("atomic"), 1);
+  y = load_ok(dir, true, &st);
+  assert_category_equal(c, y, XM_RT_CAT_WEIGHTS);
+  exec_free(y);
+  remove(keep);
+  exec_free(a), exec_free(b), exec_free(c);
+  free(dir), free(junk), free(stale), free(keep);
+}
+
+/* A crash between the two renames: no "<dir>", "<dir>.old-P" (previous)
+ * and "<dir>.tmp-P" (new, complete). Load reads the new one; the next save
+ * finishes the swap. Without the tmp, the old one is read. */
+static void test_crash_between_renames(void **state) {
+  (void)state;
+  char *dir = ckpt_dir("crash");
+  char *old = ckpt_dir("crash.old-777"), *tmp = ckpt_dir("crash.tmp-777");
+  xm_rt_exec_t *a = exec_new(20), *b = exec_new(21), *c = exec_new(22);
+  save_ok(a, old, true);
+  save_ok(b, tmp, true);
+  xm_rt_train_state_t st;
+  xm_rt_exec_t *y = load_ok(dir, true, &st);
+  assert_category_equal(b, y, XM_RT_CAT_WEIGHTS);
+  assert_category_equal(b, y, XM_RT_CAT_OPTIMIZER);
+  exec_free(y);
+  rm_tree(tmp);
+  y = load_ok(dir, true, &st);
+  assert_category_equal(a, y, XM_RT_CAT_WEIGHTS);
+  exec_free(y);
+  save_ok(c, dir, true);
+  assert_int_equal(siblings("crash"), 0);
+  y = load_ok(dir, true, &st);
+  assert_category_equal(c, y, XM_RT_CAT_WEIGHTS);
+  exec_free(y);
+  /* The same state again, then a save: the new checkpoint (tmp) is put in
+   * place first, then replaced by the save. */
+  assert_int_equal(rename(dir, old), 0);
+  save_ok(b, tmp, true);
+  save_ok(a, dir, true);
+  assert_int_equal(siblings("crash"), 0);
+  y = load_ok(dir, true, &st);
+  assert_category_equal(a, y, XM_RT_CAT_WEIGHTS);
+  exec_free(y);
+  exec_free(a), exec_free(b), exec_free(c);
+  free(dir), free(old), free(tmp);
+}
+
+/* Rewrites model.safetensors of `dir` with the program's weights, edited. */
+typedef enum { DROP_NORM, EXTRA, NORM_SHAPE, NORM_DTYPE } edit_t;
+
+static void rewrite_model(const xm_rt_exec_t *x, const char *dir, edit_t edit) {
+  static float big[16];
+  xm_st_entry_t e[8];
+  int n = 0;
+  const xm_rt_tensor_t *emb = tensor("model.embed_tokens.weight");
+  e[n++] = (xm_st_entry_t){emb->name, XM_ST_F32, 2, {V, H}, x->persist + emb->offset};
+  for (int k = 0; k < E; k++) {
+    static char names[E][64];
+    snprintf(names[k], sizeof names[k], "model.layers.0.mlp.experts.%d.gate_proj.weight", k);
+    e[n++] = (xm_st_entry_t){
+        names[k], XM_ST_F32, 2, {F, H}, x->persist + tensor(EXPERT)->offset + k * F * H * 4};
+  }
+  e[n++] = (xm_st_entry_t){BIAS, XM_ST_F32, 1, {E}, x->persist + tensor(BIAS)->offset};
+  if (edit == EXTRA) e[n++] = (xm_st_entry_t){"model.extra.weight", XM_ST_F32, 1, {2}, big};
+  if (edit == NORM_SHAPE) e[n++] = (xm_st_entry_t){"model.norm.weight", XM_ST_F32, 1, {5}, big};
+  if (edit == NORM_DTYPE) e[n++] = (xm_st_entry_t){"model.norm.weight", XM_ST_I32, 1, {H}, big};
+  if (edit == EXTRA) e[n++] = (xm_st_entry_t){"model.norm.weight", XM_ST_F32, 1, {H}, big};
+  char *p = path_of(dir, "model.safetensors");
+  xm_diag_t d;
+  xm_diag_init(&d);
+  assert_int_equal(xm_st_write(p, e, n, NULL, 0, &d), XM_OK);
+  xm_diag_free(&d);
+  free(p);
+}
+
+static void test_mismatches(void **state) {
+  (void)state;
+  char *dir = ckpt_dir("bad");
+  xm_rt_exec_t *x = exec_new(30);
+  save_ok(x, dir, true);
+  rewrite_model(x, dir, DROP_NORM);
+  expect_load_error(dir, "bad/model.safetensors", "model.norm.weight",
+                    "missing tensor \"model.norm.weight\"");
+  rewrite_model(x, dir, EXTRA);
+  expect_load_error(dir, "bad/model.safetensors", "model.extra.weight",
+                    "unexpected tensor \"model.extra.weight\"");
+  rewrite_model(x, dir, NORM_SHAPE);
+  expect_load_error(dir, "bad/model.safetensors", "model.norm.weight",
+                    "has shape [5], the program expects [4]");
+  rewrite_model(x, dir, NORM_DTYPE);
+  expect_load_error(dir, "bad/model.safetensors", "model.norm.weight",
+                    "has dtype I32, the program expects F32");
+  /* A header length beyond any sane size. */
+  write_bytes(dir, "model.safetensors", "\xff\xff\xff\xff\xff\x00\x00\x00{}", 10);
+  expect_load_error(dir, "bad/model.safetensors", "offset 0", "exceeds the limit");
+  /* A truncated file: the tensors no longer fit the data section. */
+  save_ok(x, dir, true);
+  char *p = path_of(dir, "optimizer.safetensors");
+  struct stat sb;
+  assert_int_equal(stat(p, &sb), 0);
+  assert_int_equal(truncate(p, sb.st_size - 4), 0);
+  free(p);
+  expect_load_error(dir, "bad/optimizer.safetensors", "model.norm.weight.exp_avg_sq",
+                    "out of range");
+  /* trainer_state.json: bad JSON, then bad fields with their pointers. */
+  save_ok(x, dir, true);
+  write_text(dir, "trainer_state.json", "{\"step\": 3,");
+  expect_load_error(dir, "bad/trainer_state.json", "offset 11", "invalid JSON");
+  write_text(dir, "trainer_state.json",
+             "{\"step\": -1, \"data_pos\": 0, \"rng\": [\"1\", \"2\", \"3\", \"x\"]}");
+  expect_load_error(dir, "bad/trainer_state.json", "/step", "non-negative integer");
+  expect_load_error(dir, "bad/trainer_state.json", "/rng/3", "decimal");
+  write_text(
+      dir, "trainer_state.json",
+      "{\"step\": 1, \"data_pos\": 2, \"rng\": [\"1\", \"2\", \"3\", \"18446744073709551616\"]}");
+  expect_load_error(dir, "bad/trainer_state.json", "/rng/3", "decimal");
+  /* No model file at all, and no directory at all. */
+  p = path_of(dir, "model.safetensors");
+  remove(p);
+  free(p);
+  expect_load_error(dir, "bad", NULL, "no model.safetensors");
+  char *none = ckpt_dir("none");
+  expect_load_error(none, "none", NULL, "not found");
+  free(none);
+  exec_free(x);
+  free(dir);
+}
+
+static void test_other_ranks_do_not_write(void **state) {
+  (void)state;
+  char *dir = ckpt_dir("rank1");
+  xm_rt_exec_t *x = exec_new(40);
+  xm_rt_context_t ctx = g_ctx;
+  ctx.rank = 1;
+  ctx.world = 2;
+  x->ctx = &ctx;
+  save_ok(x, dir, true);
+  struct stat sb;
+  assert_int_not_equal(stat(dir, &sb), 0);
+  exec_free(x);
+  free(dir);
+}
+
+static int setup(void **state) {
+  (void)state;
+  program_init();
+  const char *base = getenv("TMPDIR");
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  xm_strbuf_printf(&b, "%s/xm-ck-XXXXXX", base && *base ? base : "/tmp");
+  g_root = xm_strbuf_take(&b);
+  return mkdtemp(g_root) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  rm_tree(g_root);
+  free(g_root);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_round_trip_exact), cmocka_unit_test(test_hf_names_in_files),
+      cmocka_unit_test(test_sharded),          cmocka_unit_test(test_optimizer_optional),
+      cmocka_unit_test(test_atomic_replace),   cmocka_unit_test(test_crash_between_renames),
+      cmocka_unit_test(test_mismatches),       cmocka_unit_test(test_other_ranks_do_not_write),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

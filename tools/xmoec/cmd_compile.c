@@ -1,0 +1,452 @@
+/* tools/xmoec/cmd_compile.c — `xmoec compile`: a spec to a training program.
+ *
+ *   spec (+ cluster) -> forward graph (ir/model.c) -> the pass pipeline
+ *   "autodiff{...},canonicalize,plan-memory,schedule" -> out/program.c,
+ *   out/main.c, out/config.json, out/model.xir, out/manifest.json ->
+ *   the system C compiler with the runtime archives -> out/train.
+ *
+ * Problems with what the user gave (flags, spec, an architecture training
+ * cannot do yet, an output folder that cannot be written) exit 2 with their
+ * place; a pass or the code generator failing is our bug (exit 1), and so
+ * is a generated program that does not compile (the compiler's output is
+ * shown). The compiler runs through posix_spawnp with an argv array, never
+ * a shell, so paths with spaces or quotes cannot change the command; its
+ * flags come from xm_build_config.h (written by CMake into the build
+ * folder) unless XMOEC_CC, XMOEC_CFLAGS or XMOEC_LIBS say otherwise, and
+ * flag strings are split on spaces. Everything written is deterministic:
+ * compiling the same spec twice gives byte-identical files (the manifest
+ * records input hashes, not times).
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen/c_program.h"
+#include "frontend/spec.h"
+#include "ir/model.h"
+#include "ir/text.h"
+#include "passes/pass.h"
+#include "passes/plan_memory.h"
+#include "support/diag.h"
+#include "support/sha256.h"
+#include "support/strbuf.h"
+#include "tools/xmoec/commands.h"
+#include "xm_build_config.h"
+
+extern char **environ;
+
+typedef struct {
+  const char *input;
+  const char *cluster;
+  const char *out_dir;
+  const char *cc;
+  bool print_after_all, timing, no_build, print_flags;
+} compile_args_t;
+
+static void compile_usage(FILE *out) {
+  fprintf(out,
+          "usage: xmoec compile MODEL.json [--cluster FILE] -o OUT [--no-build] [--cc CC]\n"
+          "                     [--print-ir-after-all] [--timing]\n"
+          "       xmoec compile --print-build-flags\n"
+          "\n"
+          "Builds the training program of a model: forward graph, autodiff, memory\n"
+          "plan and schedule, then C code in OUT/ (program.c, main.c, config.json,\n"
+          "model.xir, manifest.json), compiled with the runtime into OUT/train.\n"
+          "\n"
+          "  -o OUT                 output folder (created if missing)\n"
+          "  --cluster FILE         a cluster description checked with the spec\n"
+          "  --no-build             write the sources only\n"
+          "  --cc CC                C compiler (default: XMOEC_CC or the build's)\n"
+          "  --print-ir-after-all   print the module to stderr after every pass\n"
+          "  --timing               per-pass time table on stderr\n"
+          "  --print-build-flags    print the compiler, flags and libraries used to\n"
+          "                         build a program (lines cc:, cflags:, libs:)\n");
+}
+
+static const char *flag_value(int argc, char **argv, int *i, const char *flag, bool *missing) {
+  size_t n = strlen(flag);
+  if (strncmp(argv[*i], flag, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] != '\0') return NULL;
+  if (*i + 1 >= argc) {
+    *missing = true;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static bool switch_flag(const char *arg, compile_args_t *a) {
+  if (strcmp(arg, "--print-ir-after-all") == 0) a->print_after_all = true;
+  else if (strcmp(arg, "--timing") == 0) a->timing = true;
+  else if (strcmp(arg, "--no-build") == 0) a->no_build = true;
+  else if (strcmp(arg, "--print-build-flags") == 0) a->print_flags = true;
+  else return false;
+  return true;
+}
+
+/* Returns 0 to go on, else an exit code; *out_help after --help. */
+static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *out_help) {
+  for (int i = 0; i < argc; i++) {
+    bool missing = false;
+    const char *v;
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      *out_help = true;
+      return 0;
+    } else if (switch_flag(argv[i], a)) {
+    } else if ((v = flag_value(argc, argv, &i, "--cluster", &missing))) {
+      a->cluster = v;
+    } else if ((v = flag_value(argc, argv, &i, "--cc", &missing))) {
+      a->cc = v;
+    } else if ((v = flag_value(argc, argv, &i, "-o", &missing))) {
+      a->out_dir = v;
+    } else if (missing) {
+      fprintf(stderr, "xmoec compile: error: %s needs a value\n", argv[i]);
+      return 2;
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      fprintf(stderr, "xmoec compile: error: unknown option '%s'\n", argv[i]);
+      compile_usage(stderr);
+      return 2;
+    } else if (a->input) {
+      fprintf(stderr, "xmoec compile: error: more than one input file ('%s', '%s')\n", a->input,
+              argv[i]);
+      return 2;
+    } else {
+      a->input = argv[i];
+    }
+  }
+  if (a->print_flags) return 0;
+  if (!a->input || !a->out_dir) {
+    fprintf(stderr, "xmoec compile: error: %s\n",
+            !a->input ? "no model file given" : "no output folder given (-o OUT)");
+    compile_usage(stderr);
+    return 2;
+  }
+  if ((a->cc && !a->cc[0]) || !a->out_dir[0]) {
+    fprintf(stderr, "xmoec compile: error: %s must not be empty\n", a->out_dir[0] ? "--cc" : "-o");
+    return 2;
+  }
+  return 0;
+}
+
+/* ---- build settings ---------------------------------------------------- */
+
+static const char *setting(const char *env, const char *dflt) {
+  const char *v = getenv(env);
+  return v && v[0] ? v : dflt;
+}
+
+static const char *build_cc(const compile_args_t *a) {
+  return a->cc ? a->cc : setting("XMOEC_CC", XM_BUILD_CC);
+}
+
+/* Splits `s` on spaces into owned words appended to argv (NULL-terminated
+ * array with room reserved by the caller's count). */
+static int split_words(const char *s, char **argv, int n) {
+  const char *p = s;
+  while (*p) {
+    while (*p == ' ' || *p == '\t') p++;
+    const char *w = p;
+    while (*p && *p != ' ' && *p != '\t') p++;
+    if (p > w) argv[n++] = strndup(w, (size_t)(p - w));
+  }
+  return n;
+}
+
+static int count_words(const char *s) {
+  int n = 0;
+  for (const char *p = s; *p;) {
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p) n++;
+    while (*p && *p != ' ' && *p != '\t') p++;
+  }
+  return n;
+}
+
+static void path_join(xm_strbuf_t *b, const char *dir, const char *name) {
+  xm_strbuf_clear(b);
+  xm_strbuf_puts(b, dir);
+  if (b->len == 0 || b->data[b->len - 1] != '/') xm_strbuf_puts(b, "/");
+  xm_strbuf_puts(b, name);
+}
+
+/* Runs the compiler; its output goes to OUT/build.log, shown on failure. */
+static int run_compiler(const compile_args_t *a) {
+  const char *cflags = setting("XMOEC_CFLAGS", XM_BUILD_CFLAGS);
+  const char *libs = setting("XMOEC_LIBS", XM_BUILD_LIBS);
+  int cap = count_words(cflags) + count_words(libs) + 8;
+  char **argv = calloc((size_t)cap, sizeof(char *));
+  if (!argv) return 1;
+  xm_strbuf_t program, main_c, train, log;
+  xm_strbuf_init(&program), xm_strbuf_init(&main_c), xm_strbuf_init(&train), xm_strbuf_init(&log);
+  path_join(&program, a->out_dir, "program.c");
+  path_join(&main_c, a->out_dir, "main.c");
+  path_join(&train, a->out_dir, "train");
+  path_join(&log, a->out_dir, "build.log");
+  int n = 0;
+  argv[n++] = strdup(build_cc(a));
+  n = split_words(cflags, argv, n);
+  argv[n++] = strdup(xm_strbuf_cstr(&program));
+  argv[n++] = strdup(xm_strbuf_cstr(&main_c));
+  argv[n++] = strdup("-o");
+  argv[n++] = strdup(xm_strbuf_cstr(&train));
+  n = split_words(libs, argv, n);
+  argv[n] = NULL;
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, xm_strbuf_cstr(&log), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid;
+  int rc = 1, status = 0;
+  int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  if (err) {
+    fprintf(stderr, "xmoec compile: error: cannot run the C compiler '%s': %s\n", argv[0],
+            strerror(err));
+  } else if (waitpid(pid, &status, 0) < 0) {
+    fprintf(stderr, "xmoec compile: error: waiting for the C compiler: %s\n", strerror(errno));
+  } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    char *text = NULL;
+    size_t len = 0;
+    if (xm_read_file(xm_strbuf_cstr(&log), &text, &len) == 0) fputs(text, stderr);
+    free(text);
+    fprintf(stderr, "xmoec compile: error: building %s failed (compiler output above, also in "
+                    "%s)\n",
+            xm_strbuf_cstr(&train), xm_strbuf_cstr(&log));
+  } else {
+    rc = 0;
+    unlink(xm_strbuf_cstr(&log));
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  for (int i = 0; i < n; i++) free(argv[i]);
+  free(argv);
+  xm_strbuf_free(&program), xm_strbuf_free(&main_c), xm_strbuf_free(&train), xm_strbuf_free(&log);
+  return rc;
+}
+
+/* ---- files ------------------------------------------------------------- */
+
+/* mkdir -p; 0 or errno. */
+static int make_dirs(const char *path) {
+  char *p = strdup(path);
+  if (!p) return ENOMEM;
+  int err = 0;
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s != '\0') continue;
+    char c = *s;
+    *s = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) err = errno;
+    *s = c;
+    if (err || c == '\0') break;
+  }
+  struct stat st;
+  if (!err && (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))) err = ENOTDIR;
+  free(p);
+  return err;
+}
+
+static int write_file(const char *dir, const char *name, const char *text) {
+  xm_strbuf_t path;
+  xm_strbuf_init(&path);
+  path_join(&path, dir, name);
+  FILE *f = fopen(xm_strbuf_cstr(&path), "w");
+  bool ok = f != NULL;
+  if (f) {
+    ok = fputs(text, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+  }
+  if (!ok)
+    fprintf(stderr, "xmoec compile: error: cannot write '%s': %s\n", xm_strbuf_cstr(&path),
+            strerror(errno));
+  else
+    printf("wrote %s\n", xm_strbuf_cstr(&path));
+  xm_strbuf_free(&path);
+  return ok ? 0 : 2;
+}
+
+static void add_input(cJSON *inputs, const char *path, const char *text, size_t len) {
+  char hex[65];
+  xm_sha256_hex(text, len, hex);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "path", path);
+  cJSON_AddStringToObject(o, "sha256", hex);
+  cJSON_AddItemToArray(inputs, o);
+}
+
+static void add_names(cJSON *o, const char *key, const char *const *names, int n) {
+  cJSON *arr = cJSON_AddArrayToObject(o, key);
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+}
+
+static void add_memory(cJSON *o, const xm_mem_report_t *r) {
+  cJSON *m = cJSON_AddObjectToObject(o, "memory");
+  const struct { const char *key; int64_t v; } rows[] = {
+      {"persistent_bytes", r->persistent_bytes}, {"activation_bytes", r->activation_bytes},
+      {"weights", r->weights}, {"grads", r->grads}, {"optimizer", r->optimizer},
+      {"activations", r->activations}, {"workspace", r->workspace}, {"inputs", r->inputs}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    cJSON_AddNumberToObject(m, rows[i].key, (double)rows[i].v);
+}
+
+/* Everything one compile reads and produces. */
+typedef struct {
+  compile_args_t a;
+  char *spec_text, *cluster_text;
+  size_t spec_len, cluster_len;
+  xm_spec_t spec;
+  xm_ir_module_t *m;
+  xm_strbuf_t pipeline, program, main_c, config, xir;
+  xm_mem_report_t mem;
+} compile_t;
+
+static char *manifest_text(const compile_t *c) {
+  static const char *const k_generated[] = {"program.c", "main.c", "config.json", "model.xir"};
+  static const char *const k_built[] = {"train"};
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "generator", "xmoec 0.1.0");
+  cJSON *inputs = cJSON_AddArrayToObject(o, "inputs");
+  add_input(inputs, c->a.input, c->spec_text, c->spec_len);
+  if (c->a.cluster) add_input(inputs, c->a.cluster, c->cluster_text, c->cluster_len);
+  add_names(o, "generated", k_generated, 4);
+  add_names(o, "built", k_built, c->a.no_build ? 0 : 1);
+  cJSON_AddStringToObject(o, "pipeline", xm_strbuf_cstr(&c->pipeline));
+  add_memory(o, &c->mem);
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  return text;
+}
+
+/* Reads the spec (and cluster) files, loads and validates them. */
+static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
+  int err = xm_read_file(c->a.input, &c->spec_text, &c->spec_len);
+  if (err) {
+    xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, NULL, "cannot read: %s", strerror(err));
+    return XM_ERR_IO;
+  }
+  if (c->a.cluster && (err = xm_read_file(c->a.cluster, &c->cluster_text, &c->cluster_len))) {
+    xm_diag_add(diag, XM_DIAG_ERROR, c->a.cluster, NULL, "cannot read: %s", strerror(err));
+    return XM_ERR_IO;
+  }
+  xm_status_t st = xm_spec_load_text(c->spec_text, c->spec_len, c->a.input, diag, &c->spec);
+  if (st == XM_OK && c->a.cluster)
+    st = xm_spec_load_cluster_text(c->cluster_text, c->cluster_len, c->a.cluster, diag, &c->spec);
+  if (st == XM_OK && xm_diag_error_count(diag)) st = XM_ERR_INVALID_INPUT;
+  if (st != XM_OK) return st;
+  const xm_training_spec_t *t = &c->spec.training;
+  if (t->global_batch % t->micro_batch != 0) {
+    xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, "/training/global_batch",
+                "global_batch %lld is not a multiple of micro_batch %lld on a single rank",
+                (long long)t->global_batch, (long long)t->micro_batch);
+    return XM_ERR_INVALID_INPUT;
+  }
+  return XM_OK;
+}
+
+/* Graph, passes and the generated texts. */
+static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
+  XM_RETURN_IF_ERROR(xm_ir_build_model(&c->spec, c->a.input, diag, &c->m));
+  const xm_training_spec_t *t = &c->spec.training;
+  xm_strbuf_printf(&c->pipeline, "autodiff{grad-accum=%lld aux-free-gamma=",
+                   (long long)(t->global_batch / t->micro_batch));
+  xm_strbuf_put_double(&c->pipeline, c->spec.moe.aux_free_gamma);
+  xm_strbuf_puts(&c->pipeline, "},canonicalize,plan-memory,schedule");
+  xm_pass_manager_options_t po;
+  xm_pass_manager_options_default(&po);
+  po.print_ir_after_all = c->a.print_after_all;
+  po.timing = c->a.timing;
+  po.dump = stderr;
+  XM_RETURN_IF_ERROR(xm_pass_pipeline_run(c->m, xm_strbuf_cstr(&c->pipeline), &po, diag));
+  XM_RETURN_IF_ERROR(xm_plan_memory_read_report(c->m, diag, &c->mem));
+  XM_RETURN_IF_ERROR(xm_codegen_config_json(&c->spec, &c->config));
+  xm_codegen_inputs_t in = {.spec_path = c->a.input,
+                            .spec_text = c->spec_text,
+                            .cluster_path = c->a.cluster,
+                            .config_json = xm_strbuf_cstr(&c->config),
+                            .pipeline = xm_strbuf_cstr(&c->pipeline)};
+  XM_RETURN_IF_ERROR(xm_codegen_program_c(c->m, &c->spec, &in, diag, &c->program));
+  xm_codegen_main_c(&in, &c->main_c);
+  xm_ir_print(c->m, &c->xir);
+  return XM_OK;
+}
+
+static int write_outputs(compile_t *c) {
+  int err = make_dirs(c->a.out_dir);
+  if (err) {
+    fprintf(stderr, "xmoec compile: error: cannot create '%s': %s\n", c->a.out_dir,
+            strerror(err));
+    return 2;
+  }
+  char *manifest = manifest_text(c);
+  if (!manifest) return 1;
+  int rc = write_file(c->a.out_dir, "program.c", xm_strbuf_cstr(&c->program));
+  if (!rc) rc = write_file(c->a.out_dir, "main.c", xm_strbuf_cstr(&c->main_c));
+  if (!rc) rc = write_file(c->a.out_dir, "config.json", xm_strbuf_cstr(&c->config));
+  if (!rc) rc = write_file(c->a.out_dir, "model.xir", xm_strbuf_cstr(&c->xir));
+  xm_strbuf_t m;
+  xm_strbuf_init(&m);
+  xm_strbuf_printf(&m, "%s\n", manifest);
+  if (!rc) rc = write_file(c->a.out_dir, "manifest.json", xm_strbuf_cstr(&m));
+  xm_strbuf_free(&m);
+  cJSON_free(manifest);
+  return rc;
+}
+
+static int compile(compile_t *c) {
+  xm_diag_t diag;
+  xm_diag_init(&diag);
+  fprintf(stderr, "compiling %s ...\n", c->a.input);
+  xm_status_t st = load_inputs(c, &diag);
+  if (st == XM_OK) st = lower(c, &diag);
+  if (st != XM_OK && xm_diag_error_count(&diag) == 0)
+    xm_diag_add(&diag, XM_DIAG_ERROR, c->a.input, NULL, "%s", xm_status_name(st));
+  xm_diag_print(&diag, stderr);
+  xm_diag_free(&diag);
+  if (st != XM_OK) return xm_status_exit_code(st);
+  xm_strbuf_t report;
+  xm_strbuf_init(&report);
+  xm_plan_memory_print_report(&c->mem, &report);
+  printf("%s\n", xm_strbuf_cstr(&report));
+  xm_strbuf_free(&report);
+  int rc = write_outputs(c);
+  if (rc || c->a.no_build) return rc;
+  xm_strbuf_t train;
+  xm_strbuf_init(&train);
+  path_join(&train, c->a.out_dir, "train");
+  fprintf(stderr, "building %s ...\n", xm_strbuf_cstr(&train));
+  fflush(stdout);
+  rc = run_compiler(&c->a);
+  if (!rc) printf("built %s\n", xm_strbuf_cstr(&train));
+  xm_strbuf_free(&train);
+  return rc;
+}
+
+int xm_cmd_compile(int argc, char **argv) {
+  compile_t *c = calloc(1, sizeof *c);
+  if (!c) return 1;
+  bool help = false;
+  int rc = compile_parse_args(argc, argv, &c->a, &help);
+  if (help) {
+    compile_usage(stdout);
+  } else if (!rc && c->a.print_flags) {
+    printf("cc: %s\ncflags: %s\nlibs: %s\n", build_cc(&c->a),
+           setting("XMOEC_CFLAGS", XM_BUILD_CFLAGS), setting("XMOEC_LIBS", XM_BUILD_LIBS));
+  } else if (!rc) {
+    xm_strbuf_init(&c->pipeline), xm_strbuf_init(&c->program), xm_strbuf_init(&c->main_c);
+    xm_strbuf_init(&c->config), xm_strbuf_init(&c->xir);
+    rc = compile(c);
+    xm_strbuf_free(&c->pipeline), xm_strbuf_free(&c->program), xm_strbuf_free(&c->main_c);
+    xm_strbuf_free(&c->config), xm_strbuf_free(&c->xir);
+  }
+  xm_ir_module_destroy(c->m);
+  free(c->spec_text);
+  free(c->cluster_text);
+  free(c);
+  return rc;
+}
