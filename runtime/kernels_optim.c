@@ -17,13 +17,13 @@
 #define XM_K_PAR_MIN 32768
 
 void xm_k_accumulate(float *acc, const float *x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > XM_K_PAR_MIN)
+#pragma omp parallel for schedule(static) if (n > XM_K_PAR_MIN)
   for (int64_t i = 0; i < n; i++)
     acc[i] += x[i];
 }
 
 void xm_k_accumulate_i32(int32_t *acc, const int32_t *x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > XM_K_PAR_MIN)
+#pragma omp parallel for schedule(static) if (n > XM_K_PAR_MIN)
   for (int64_t i = 0; i < n; i++)
     acc[i] += x[i];
 }
@@ -43,7 +43,7 @@ void xm_k_adamw(float *p, const float *g, float *m, float *v, int64_t n, float l
   float step_size = (float)((double)lr / (1.0 - pow((double)beta1, t)));
   float decay = 1.0f - lr * weight_decay;
   float one_m_b1 = 1.0f - beta1, one_m_b2 = 1.0f - beta2;
-#pragma omp parallel for simd schedule(static) if (n > XM_K_PAR_MIN)
+#pragma omp parallel for schedule(static) if (n > XM_K_PAR_MIN)
   for (int64_t i = 0; i < n; i++) {
     float gi = g[i] * grad_scale;
     float pi = p[i] * decay;

@@ -285,6 +285,10 @@ static int print_json(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len) 
   cJSON_AddNumberToObject(root, "flops_per_token_fwd", c->flops_per_token_fwd);
   cJSON_AddNumberToObject(root, "flops_per_token_fwdbwd", c->flops_per_token_fwdbwd);
   cJSON_AddBoolToObject(root, "trainable", s->model.attention != XM_ATTN_MLA);
+  cJSON *tr = cJSON_AddObjectToObject(root, "training");
+  cJSON_AddNumberToObject(tr, "seq_len", (double)s->training.seq_len);
+  cJSON_AddNumberToObject(tr, "micro_batch", (double)s->training.micro_batch);
+  cJSON_AddNumberToObject(tr, "global_batch", (double)s->training.global_batch);
   if (s->cluster.present) cJSON_AddItemToObject(root, "cluster", json_cluster(&s->cluster));
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
