@@ -101,7 +101,7 @@ run_ctest() {
 # unwinder, the rest without. ctest keeps only the last run's failures in LastTestsFailed.log,
 # so they are collected after each run.
 san_failures=""
-mpi_tests='^(test_mpi_|e2e_)'
+mpi_tests='^(test_mpi_|test_mpi4_|e2e_)'
 run_san_ctest() {
   local rc=0
   (cd "$root/build-san" && ctest --output-on-failure -j "$jobs" -E "$mpi_tests") || rc=1
