@@ -17,7 +17,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 steps=${1:-20}
 threads=${XM_BENCH_THREADS:-$(nproc)}
-xmoec="$root/build/xmoec"
+xmoec="${XMOEC:-$root/build/xmoec}"
 [[ -x "$xmoec" ]] || { echo "bench/train.sh: build first (bash scripts/test.sh --quick)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -16,6 +16,13 @@
  * stops through xm_rt_fail when it is exceeded; with dropless routing the
  * bound T*k is exact and the check can only fire on a kernel bug.
  *
+ * Gradient accumulation: when a weight gradient (matmul_dw,
+ * grouped_matmul_dw) has one use, the accumulate into its grad state, the
+ * GEMM adds into the state itself (xm_k_*_dw_acc, beta = 1) and the
+ * accumulate emits only a comment: one pass over the gradient instead of
+ * three (write dw, read dw, read-modify-write the state). Nothing in the
+ * micro-batch function reads a grad state, so adding early is safe.
+ *
  * Which function an op lands in comes from its attr phase (set by the
  * autodiff pass; absent counts as "fwd"): fwd and bwd ops run in micro, step
  * ops in step. Params and states are declarations (they live in the
@@ -48,6 +55,7 @@ typedef struct {
   xm_emitter_t e;
   xm_status_t st;     /* first error; emission goes on to report more */
   int *rows_src;      /* value id -> id of the permute indices bounding dim 0, or -1 */
+  int *acc_of;        /* value id -> the accumulate op (index) fused into its GEMM, or -1 */
   int op_index;       /* op being emitted, for messages */
   char ring[RING][128];
   int ring_next;
@@ -187,6 +195,18 @@ static const char *scoring(const xm_ir_op_t *op) {
 #define EMIT(...) xm_emit(&g->e, __VA_ARGS__)
 #define I64 "%" PRId64
 
+/* A weight gradient whose accumulate is fused: the kernel suffix "_acc"
+ * and, as destination, the grad state; else "" and its own buffer. */
+static const char *dw_suffix(gen_t *g, const xm_ir_value_t *dw) {
+  return g->acc_of[dw->id] >= 0 ? "_acc" : "";
+}
+
+static const char *dw_dest(gen_t *g, const xm_ir_value_t *dw) {
+  int acc = g->acc_of[dw->id];
+  if (acc < 0) return ptr(g, dw);
+  return ptr(g, xm_ir_module_op(g->m, acc)->operands[0]);
+}
+
 /* ---- ops --------------------------------------------------------------- */
 
 /* Elementwise, shape and dense transformer ops; false when not one. */
@@ -247,8 +267,9 @@ static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
          count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), 1), dim(IN(1), 0));
     break;
   case XM_OP_MATMUL_DW: /* dy[M,N], x[M,K] -> dw[N,K] */
-    EMIT("xm_k_matmul_dw(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
-         count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), -1), dim(IN(0), -1));
+    EMIT("xm_k_matmul_dw%s(%s, %s, %s, %s, " I64 ", " I64 ");", dw_suffix(g, OUT(0)), A(0), A(1),
+         dw_dest(g, OUT(0)), count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), -1),
+         dim(IN(0), -1));
     break;
   case XM_OP_REDUCE_TO:
     EMIT("xm_k_reduce_to(%s, %s, %s, %s);", A(0), R(0), count(g, IN(0)), count(g, OUT(0)));
@@ -343,8 +364,9 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
          A(0), A(1), A(2), R(0), dim(IN(1), 0), dim(IN(1), 2), dim(IN(1), 1));
     break;
   case XM_OP_GROUPED_MATMUL_DW: /* dy[N,M], x[N,K], tpe -> dw[E,M,K] */
-    EMIT("xm_k_grouped_matmul_dw(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ");", A(0), A(1), A(2),
-         R(0), dim(OUT(0), 0), dim(OUT(0), 2), dim(OUT(0), 1));
+    EMIT("xm_k_grouped_matmul_dw%s(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ");",
+         dw_suffix(g, OUT(0)), A(0), A(1), A(2), dw_dest(g, OUT(0)), dim(OUT(0), 0),
+         dim(OUT(0), 2), dim(OUT(0), 1));
     break;
   case XM_OP_SCATTER_COMBINE: /* y[N,H], indices, weights[T,k] */
     EMIT("xm_k_scatter_combine(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ");", A(0), A(1), A(2),
@@ -387,8 +409,11 @@ static void emit_grad_norm(gen_t *g, const xm_ir_op_t *op) {
 static bool emit_train(gen_t *g, const xm_ir_op_t *op) {
   switch (op->code) {
   case XM_OP_ACCUMULATE:
-    EMIT("xm_k_accumulate%s(%s, %s, %s);", IN(0)->type.dtype == XM_DT_I32 ? "_i32" : "", A(0),
-         A(1), count(g, IN(1)));
+    if (g->acc_of[IN(1)->id] == g->op_index)
+      EMIT("/* fused: the weight-gradient GEMM above added into the state */");
+    else
+      EMIT("xm_k_accumulate%s(%s, %s, %s);", IN(0)->type.dtype == XM_DT_I32 ? "_i32" : "",
+           A(0), A(1), count(g, IN(1)));
     break;
   case XM_OP_GRAD_NORM_SQ: emit_grad_norm(g, op); break;
   case XM_OP_ADAMW:
@@ -483,6 +508,30 @@ static void compute_rows_src(gen_t *g) {
     for (int j = 0; j < op->num_results; j++)
       if (OUT(j)->type.rank > 0 && OUT(j)->type.dynamic[0])
         g->rows_src[OUT(j)->id] = src;
+  }
+}
+
+/* Which accumulates fold into the GEMM that makes their gradient: a
+ * micro-batch accumulate of an f32 grad state whose operand is the only
+ * use of a static-shaped matmul_dw / grouped_matmul_dw result of the same
+ * size. */
+static void compute_acc_fusion(gen_t *g) {
+  const xm_ir_module_t *m = g->m;
+  for (int i = 0; i < xm_ir_module_num_values(m); i++)
+    g->acc_of[i] = -1;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code != XM_OP_ACCUMULATE || op->num_operands != 2 || is_step(op)) continue;
+    const xm_ir_value_t *acc = IN(0), *dw = IN(1);
+    const xm_ir_op_t *def = dw->def;
+    if (!def || (def->code != XM_OP_MATMUL_DW && def->code != XM_OP_GROUPED_MATMUL_DW) ||
+        dw->index != 0 || dw->num_uses != 1 || !acc->def || acc->def->code != XM_OP_STATE)
+      continue;
+    bool ok = acc->type.dtype == XM_DT_F32 && dw->type.dtype == XM_DT_F32 &&
+              numel(acc) == numel(dw) && numel(dw) > 0;
+    for (int d = 0; d < dw->type.rank; d++)
+      ok = ok && !dw->type.dynamic[d];
+    if (ok) g->acc_of[dw->id] = i;
   }
 }
 
@@ -708,9 +757,15 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
   gen_t gen = {.m = m, .spec = spec, .diag = diag, .st = XM_OK};
   gen_t *g = &gen;
   g->rows_src = calloc((size_t)xm_ir_module_num_values(m) + 1, sizeof(int));
-  if (!g->rows_src) return XM_ERR_NO_MEMORY;
+  g->acc_of = calloc((size_t)xm_ir_module_num_values(m) + 1, sizeof(int));
+  if (!g->rows_src || !g->acc_of) {
+    free(g->rows_src);
+    free(g->acc_of);
+    return XM_ERR_NO_MEMORY;
+  }
   xm_emitter_init(&g->e, out);
   compute_rows_src(g);
+  compute_acc_fusion(g);
 
   emit_header(g, in);
   xm_emit_blank(&g->e);
@@ -731,6 +786,7 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
   emit_function(g, "step", true);
   emit_program(g, &t, &report);
   free(g->rows_src);
+  free(g->acc_of);
   return g->st;
 }
 

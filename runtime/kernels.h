@@ -5,7 +5,8 @@
  * kernels own no memory and keep no state. Layouts are row-major; weights
  * are [out, in] as in Hugging Face checkpoints. A kernel fully overwrites
  * its outputs (gradients are never accumulated into by a kernel, except
- * xm_k_accumulate), so the memory planner may hand them dirty buffers.
+ * xm_k_accumulate and the *_dw_acc weight gradients, which add into the
+ * grad state directly), so the memory planner may hand them dirty buffers.
  *
  * Routed sizes: `n` is the number of token slots actually present in the
  * expert-sorted buffers (the value returned by xm_k_permute; T*k when
@@ -32,6 +33,10 @@ void xm_k_matmul(const float *x, const float *w, float *y, int64_t M, int64_t K,
 void xm_k_matmul_dx(const float *dy, const float *w, float *dx, int64_t M, int64_t K, int64_t N);
 /* dw[N,K] = dy[M,N]^T x[M,K] */
 void xm_k_matmul_dw(const float *dy, const float *x, float *dw, int64_t M, int64_t K, int64_t N);
+/* dw[N,K] += dy[M,N]^T x[M,K]: matmul_dw followed by xm_k_accumulate in one
+ * GEMM (beta = 1), for the generated code when dw's only use is that add. */
+void xm_k_matmul_dw_acc(const float *dy, const float *x, float *dw, int64_t M, int64_t K,
+                        int64_t N);
 
 /* y[i] = a[i] + b[i % nb] (nb divides na); mul likewise. */
 void xm_k_add(const float *a, const float *b, float *y, int64_t na, int64_t nb);
@@ -123,6 +128,9 @@ void xm_k_grouped_matmul_dx(const float *dy, const float *w, const int32_t *tpe,
 /* dw[E,M,K]; experts with no rows get zeros. */
 void xm_k_grouped_matmul_dw(const float *dy, const float *x, const int32_t *tpe, float *dw,
                             int64_t E, int64_t K, int64_t M);
+/* dw[E,M,K] += the same product (experts with no rows are left as they are). */
+void xm_k_grouped_matmul_dw_acc(const float *dy, const float *x, const int32_t *tpe, float *dw,
+                                int64_t E, int64_t K, int64_t M);
 /* out[T,H] = sum over kept slots of weights[slot] * y[row of slot]. */
 void xm_k_scatter_combine(const float *y, const int32_t *indices, const float *weights,
                           float *out, int64_t n, int64_t T, int64_t k, int64_t H);

@@ -301,6 +301,7 @@ void xm_k_gather_rows_grad(const float *dy, const int32_t *indices, float *dx, i
       if (t < t0 || t >= t1) continue;
       float *d = dx + t * H;
       const float *s = dy + i * H;
+#pragma omp simd
       for (int64_t c = 0; c < H; c++)
         d[c] += s[c];
     }
@@ -319,6 +320,7 @@ void xm_k_scatter_combine(const float *y, const int32_t *indices, const float *w
       if (t < t0 || t >= t1) continue;
       float w = weights[indices[i]], *o = out + t * H;
       const float *s = y + i * H;
+#pragma omp simd
       for (int64_t c = 0; c < H; c++)
         o[c] += w * s[c];
     }
@@ -337,6 +339,7 @@ void xm_k_scatter_combine_grad(const float *dout, const float *y, const int32_t 
     const float *g = dout + (int64_t)(slot / k) * H, *yi = y + i * H;
     float w = weights[slot], *d = dy + i * H;
     double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
     for (int64_t c = 0; c < H; c++) {
       d[c] = w * g[c];
       dot += (double)g[c] * yi[c];
@@ -347,45 +350,116 @@ void xm_k_scatter_combine_grad(const float *dout, const float *y, const int32_t 
 
 /* ---- grouped GEMMs -------------------------------------------------------- */
 
-/* OpenBLAS threads each GEMM itself; the expert loop stays serial so that
- * the two levels of threading do not oversubscribe the cores. */
+/* The expert GEMMs are small (a few hundred rows each at most), too small
+ * for OpenBLAS to split well, and there are many of them, so they are
+ * spread over the OpenMP team as whole single-threaded GEMMs. A job is one
+ * expert or, for an expert with many rows, one slice of it: a slice of its
+ * rows for the forward and dx GEMMs, a slice of its weight-gradient rows
+ * for dw (which sums over the rows, so those are not cut). Jobs are handed
+ * out dynamically, since experts get different row counts. This needs
+ * OpenBLAS to run single-threaded (out/train sets it so); when it does not,
+ * each GEMM is left to OpenBLAS's threads, one expert after the other. */
+
+/* Rows of one job: experts of up to this many rows are one job, larger ones
+ * are cut into about this many rows each. */
+#define XM_K_GROUP_JOB_ROWS 256
+/* Below this many multiply-adds in all the grouped GEMM stays serial. */
+#define XM_K_GROUP_PAR_MIN ((int64_t)1 << 20)
+
+typedef enum { GROUP_FWD, GROUP_DX, GROUP_DW } group_kind_t;
+
+typedef struct {
+  group_kind_t kind;
+  const float *a, *w; /* a: x (fwd), dy (dx, dw); w: weights (fwd, dx), x (dw) */
+  float *out;
+  int64_t K, M;
+  float beta; /* dw: 1 adds into out */
+} group_args_t;
+
+/* One job: piece `p` of `np` of expert e, whose rows start at `row`. */
+static void group_job(const group_args_t *g, int64_t e, int64_t row, int64_t r, int64_t p,
+                      int64_t np) {
+  int64_t K = g->K, M = g->M;
+  if (g->kind == GROUP_DW) {
+    int64_t m0 = M * p / np, m1 = M * (p + 1) / np;
+    float *d = g->out + e * M * K + m0 * K;
+    if (r == 0) {
+      if (g->beta == 0.0f) memset(d, 0, sizeof(float) * (size_t)((m1 - m0) * K));
+      return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(m1 - m0), (int)K, (int)r, 1.0f,
+                g->a + row * M + m0, (int)M, g->w + row * K, (int)K, g->beta, d, (int)K);
+    return;
+  }
+  int64_t r0 = row + r * p / np, nr = r * (p + 1) / np - r * p / np;
+  if (nr == 0) return;
+  const float *we = g->w + e * M * K;
+  if (g->kind == GROUP_FWD)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)M, (int)K, 1.0f,
+                g->a + r0 * K, (int)K, we, (int)K, 0.0f, g->out + r0 * M, (int)M);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)K, (int)M, 1.0f,
+                g->a + r0 * M, (int)M, we, (int)K, 0.0f, g->out + r0 * K, (int)K);
+}
+
+static int64_t group_pieces(int64_t rows) {
+  return rows <= XM_K_GROUP_JOB_ROWS ? 1 : (rows + XM_K_GROUP_JOB_ROWS / 2) / XM_K_GROUP_JOB_ROWS;
+}
+
+static void grouped(const group_args_t *g, const int32_t *tpe, int64_t E) {
+  int64_t n = 0;
+  for (int64_t e = 0; e < E; e++)
+    n += tpe[e];
+  int par = n * g->K * g->M >= XM_K_GROUP_PAR_MIN && !omp_in_parallel() &&
+            omp_get_max_threads() > 1 && openblas_get_num_threads() == 1;
+  /* Per expert: first row, then first job (prefix sums), in one block. */
+  int64_t *row = par ? malloc(sizeof(int64_t) * (size_t)(2 * E + 2)) : NULL;
+  if (!row) {
+    for (int64_t e = 0, r0 = 0; e < E; r0 += tpe[e], e++)
+      if (tpe[e] > 0 || g->kind == GROUP_DW) group_job(g, e, r0, tpe[e], 0, 1);
+    return;
+  }
+  int64_t *job = row + E + 1;
+  row[0] = job[0] = 0;
+  for (int64_t e = 0; e < E; e++) {
+    row[e + 1] = row[e] + tpe[e];
+    job[e + 1] = job[e] + group_pieces(tpe[e]);
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t j = 0; j < job[E]; j++) {
+    int64_t lo = 0, hi = E - 1; /* the expert e with job[e] <= j < job[e + 1] */
+    while (lo < hi) {
+      int64_t mid = (lo + hi + 1) / 2;
+      if (job[mid] <= j) lo = mid;
+      else hi = mid - 1;
+    }
+    group_job(g, lo, row[lo], tpe[lo], j - job[lo], job[lo + 1] - job[lo]);
+  }
+  free(row);
+}
+
 void xm_k_grouped_matmul(const float *x, const float *w, const int32_t *tpe, float *y, int64_t E,
                          int64_t K, int64_t M) {
-  int64_t row = 0;
-  for (int64_t e = 0; e < E; e++) {
-    int64_t r = tpe[e];
-    if (r > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)r, (int)M, (int)K, 1.0f,
-                  x + row * K, (int)K, w + e * M * K, (int)K, 0.0f, y + row * M, (int)M);
-    row += r;
-  }
+  group_args_t g = {GROUP_FWD, x, w, y, K, M, 0.0f};
+  grouped(&g, tpe, E);
 }
 
 void xm_k_grouped_matmul_dx(const float *dy, const float *w, const int32_t *tpe, float *dx,
                             int64_t E, int64_t K, int64_t M) {
-  int64_t row = 0;
-  for (int64_t e = 0; e < E; e++) {
-    int64_t r = tpe[e];
-    if (r > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)r, (int)K, (int)M, 1.0f,
-                  dy + row * M, (int)M, w + e * M * K, (int)K, 0.0f, dx + row * K, (int)K);
-    row += r;
-  }
+  group_args_t g = {GROUP_DX, dy, w, dx, K, M, 0.0f};
+  grouped(&g, tpe, E);
 }
 
 void xm_k_grouped_matmul_dw(const float *dy, const float *x, const int32_t *tpe, float *dw,
                             int64_t E, int64_t K, int64_t M) {
-  int64_t row = 0;
-  for (int64_t e = 0; e < E; e++) {
-    int64_t r = tpe[e];
-    float *d = dw + e * M * K;
-    if (r > 0)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)K, (int)r, 1.0f,
-                  dy + row * M, (int)M, x + row * K, (int)K, 0.0f, d, (int)K);
-    else
-      memset(d, 0, sizeof(float) * (size_t)(M * K));
-    row += r;
-  }
+  group_args_t g = {GROUP_DW, dy, x, dw, K, M, 0.0f};
+  grouped(&g, tpe, E);
+}
+
+void xm_k_grouped_matmul_dw_acc(const float *dy, const float *x, const int32_t *tpe, float *dw,
+                                int64_t E, int64_t K, int64_t M) {
+  group_args_t g = {GROUP_DW, dy, x, dw, K, M, 1.0f};
+  grouped(&g, tpe, E);
 }
 
 /* ---- aux load-balancing loss --------------------------------------------- */

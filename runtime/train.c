@@ -65,24 +65,6 @@ typedef struct {
 
 /* ---- before MPI ----------------------------------------------------------- */
 
-/* The OpenMP runtime reads OMP_WAIT_POLICY once, when it loads. Its default
- * (threads spin after a parallel region) fights OpenBLAS's own threads for
- * the cores: on a 2-core machine a training step ran 3.3x faster with
- * passive waiting (docs/benchmarks.md). So, unless the user chose a policy,
- * set it and exec ourselves once, before anything else (never after MPI has
- * started: the test harness and embedding programs run in-process). The
- * OpenBLAS core type is left to OpenBLAS's own detection: forcing SkylakeX
- * gained nothing here and would crash on a CPU without AVX-512. */
-static void maybe_reexec(char **argv) {
-  if (!argv || !argv[0] || getenv("OMP_WAIT_POLICY") || getenv("XM_NO_REEXEC")) return;
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (inited) return;
-  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-  execv("/proc/self/exe", argv);
-  /* exec failed: go on with the default policy. */
-}
-
 static int64_t tensor_numel(const xm_rt_tensor_t *t) {
   int64_t n = 1;
   for (int i = 0; i < t->rank; i++)
@@ -221,8 +203,16 @@ static int ranks_on_this_machine(const trainer_t *t) {
 }
 
 /* Default threads per rank: the cores of this machine divided among its
- * ranks, bounded by the cores the launcher bound the rank to. The user's
- * OMP_NUM_THREADS / OPENBLAS_NUM_THREADS win when set. */
+ * ranks, bounded by the cores the launcher bound the rank to; the user's
+ * OMP_NUM_THREADS wins when set. That OpenMP team is the only thread pool:
+ * libxmrt cuts every GEMM over it and runs OpenBLAS single-threaded inside
+ * (runtime/kernels_dense.c), whatever OPENBLAS_NUM_THREADS says, because
+ * two pools on the same cores hand the cores back and forth at every switch
+ * between a GEMM and an elementwise kernel. With one pool, libgomp's
+ * default wait policy (spin a little after a region, then sleep) is the
+ * best one: the next region usually starts within microseconds, and
+ * nothing else wants the cores (docs/benchmarks.md, "Training step
+ * profile"). */
 static int setup_threads(const trainer_t *t) {
   cpu_set_t set;
   long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -231,8 +221,8 @@ static int setup_threads(const trainer_t *t) {
   if (avail < n) n = avail;
   if (n < 1) n = 1;
   if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(n);
-  if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) openblas_set_num_threads(n);
-  return getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : n;
+  openblas_set_num_threads(1);
+  return omp_get_max_threads();
 }
 
 static unsigned char *arena_alloc(int64_t bytes) {
@@ -729,7 +719,6 @@ static void cleanup(trainer_t *t) {
 }
 
 int xm_rt_train_main(int argc, char **argv, const xm_rt_program_t *program) {
-  maybe_reexec(argv);
   trainer_t t;
   memset(&t, 0, sizeof t);
   t.p = program;

@@ -405,6 +405,25 @@ static void test_rope(void **state) {
   free(x), free(y), free(back), free(dy), free(dx), free(ref);
 }
 
+/* Far positions: the kernel's cos/sin table walks from anchor positions by
+ * angle addition; every position up to 5000 must match direct cos/sin. */
+static void test_rope_long(void **state) {
+  (void)state;
+  int64_t S = 5000, D = 16, n = S * D;
+  float theta = 500000.0f;
+  float *x = rand_buf(n, -1, 1), *y = zero_buf(n);
+  double *ref = dzero(n);
+  for (int64_t s = 0; s < S; s++)
+    for (int64_t i = 0; i < D / 2; i++) {
+      double a = s * pow(theta, -2.0 * i / D), x1 = x[s * D + i], x2 = x[s * D + i + D / 2];
+      ref[s * D + i] = x1 * cos(a) - x2 * sin(a);
+      ref[s * D + i + D / 2] = x2 * cos(a) + x1 * sin(a);
+    }
+  xm_k_rope(x, y, 1, S, 1, D, theta);
+  expect_close("rope far", y, ref, n, 1e-6);
+  free(x), free(y), free(ref);
+}
+
 /* ---- attention -------------------------------------------------------------------- */
 
 typedef struct {
@@ -478,6 +497,9 @@ static void test_attention(void **state) {
   attention_case(1, 7, 3, 3, 8, 5, 2.0f, 1000); /* MHA, Dv != D, peakier softmax */
   attention_case(1, 3, 4, 1, 6, 6, 1.0f, 1000); /* MQA */
   attention_case(2, 64, 4, 2, 8, 8, 1.0f, 150); /* OpenMP path, sampled */
+  /* several row tiles with a ragged last one, and GEMMs large enough to be
+   * cut into single-threaded pieces (along N and along K) */
+  attention_case(1, 150, 4, 2, 64, 48, 2.0f, 100);
 }
 
 /* ---- embedding ---------------------------------------------------------------------- */
@@ -595,6 +617,7 @@ int main(void) {
       cmocka_unit_test(test_swiglu),
       cmocka_unit_test(test_rmsnorm),
       cmocka_unit_test(test_rope),
+      cmocka_unit_test(test_rope_long),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_embedding),
       cmocka_unit_test(test_cross_entropy),
