@@ -4,13 +4,18 @@
  * These are the numerical reference of xmoec: every other backend is
  * compared against them, so they favour accuracy where it is cheap. GEMMs
  * go to CBLAS (OpenBLAS; see docs/benchmarks.md for the choice of kernel
- * core). Everything else is plain C loops that the compiler vectorises,
- * split over OpenMP threads only when a call moves at least XM_K_PAR_MIN
- * elements: tiny calls (the tests, small models) would spend more on waking
- * the thread team than on the work. Reductions that sum many terms (row
- * statistics, column sums over the batch, the loss) accumulate in double so
- * that the result does not depend on the thread count beyond rounding of
- * the final value.
+ * core). out/train runs OpenBLAS single-threaded and the GEMMs here cut
+ * themselves into row (or column) slices over the OpenMP team, so that one
+ * thread pool owns the cores (docs/benchmarks.md, "Training step
+ * profile"); when OpenBLAS has threads of its own (a test harness, an
+ * embedding program), each GEMM is one call and OpenBLAS threads it.
+ * Everything else is loops marked `simd` (at -O2 GCC vectorises no other)
+ * or written on 4-float vectors, split over OpenMP threads only when a
+ * call moves enough elements: tiny calls (the tests, small models) would
+ * spend more on waking the thread team than on the work. Reductions that
+ * sum many terms (row statistics, column sums over the batch, the loss)
+ * accumulate in double so that the result does not depend on the thread
+ * count beyond rounding of the final value.
  *
  * Column sums (reduce_to, the RMSNorm weight gradient) are computed by
  * column blocks: each thread owns a block of columns and walks all rows, so
@@ -29,15 +34,25 @@
 
 #include "support/status.h"
 
+/* `omp simd` asks for vectorisation; where the compiler cannot give it
+ * (Clang with sanitizers), the scalar loop is just as right, so that is
+ * not an error. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
 /* Below this many elements a kernel stays on the calling thread: waking
  * the OpenMP team costs some microseconds, as much as a vectorised pass
- * over ~10^5 floats; kernels that take an exp per element pay sooner. */
+ * over ~10^5 floats; heavy kernels (an exp per element, or RMSNorm's
+ * several passes in double) pay sooner. */
 #define XM_K_PAR_MIN ((int64_t)1 << 17)
-#define XM_K_PAR_MIN_EXP ((int64_t)1 << 14)
+#define XM_K_PAR_MIN_HEAVY ((int64_t)1 << 14)
 /* Elements per chunk of the flat elementwise loops. */
 #define XM_K_CHUNK 4096
-/* Columns per thread in column sums: 256 doubles stay in L1. */
-#define XM_K_COL_BLOCK 256
+/* Columns per block of the column sums: a block is one thread's work, so
+ * it is narrow enough that a hidden size of a few hundred still gives
+ * every thread some; its doubles stay in L1. */
+#define XM_K_COL_BLOCK 64
 /* Below this many multiply-adds a GEMM stays on the calling thread. */
 #define XM_K_GEMM_PAR_MIN ((int64_t)1 << 18)
 
@@ -87,8 +102,8 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
         c += i0;
       }
       cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                  blas_dim(m), blas_dim(nn), blas_dim(K), alpha, a, blas_dim(lda), b,
-                  blas_dim(ldb), beta, c, blas_dim(ldc));
+                  blas_dim(m), blas_dim(nn), blas_dim(K), alpha, a, blas_dim(lda), b, blas_dim(ldb),
+                  beta, c, blas_dim(ldc));
     }
   }
 }
@@ -152,7 +167,8 @@ static inline v4f sel4(v4i m, v4f a, v4f b) { return (v4f)((m & (v4i)a) | (~m & 
  * over every float in [-104, 88.7] (glibc expf: 0.5 ulp); NaN propagates. */
 static inline v4f exp4(v4f x) {
   const v4f zero = {0.0f, 0.0f, 0.0f, 0.0f};
-  v4f xc = sel4(x < -104.0f, zero - 104.0f, x);
+  v4f xc = sel4(x != x, zero, x); /* NaN would make the int conversion undefined */
+  xc = sel4(xc < -104.0f, zero - 104.0f, xc);
   xc = sel4(xc > 88.75f, zero + 88.75f, xc);
   /* adding 1.5 * 2^23 rounds to an integer (round to nearest even) */
   v4f kf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -351,27 +367,27 @@ static void swiglu_grad_span(const ew_t *a, int64_t i0, int64_t n) {
 
 void xm_k_silu(const float *x, float *y, int64_t n) {
   ew_t a = {{x, NULL, NULL}, {y, NULL}};
-  for_spans(silu_span, &a, n, XM_K_PAR_MIN_EXP);
+  for_spans(silu_span, &a, n, XM_K_PAR_MIN_HEAVY);
 }
 
 void xm_k_silu_grad(const float *dy, const float *x, float *dx, int64_t n) {
   ew_t a = {{dy, x, NULL}, {dx, NULL}};
-  for_spans(silu_grad_span, &a, n, XM_K_PAR_MIN_EXP);
+  for_spans(silu_grad_span, &a, n, XM_K_PAR_MIN_HEAVY);
 }
 
 void xm_k_gelu(const float *x, float *y, int64_t n) {
   ew_t a = {{x, NULL, NULL}, {y, NULL}};
-  for_spans(gelu_span, &a, n, XM_K_PAR_MIN_EXP);
+  for_spans(gelu_span, &a, n, XM_K_PAR_MIN_HEAVY);
 }
 
 void xm_k_gelu_grad(const float *dy, const float *x, float *dx, int64_t n) {
   ew_t a = {{dy, x, NULL}, {dx, NULL}};
-  for_spans(gelu_grad_span, &a, n, XM_K_PAR_MIN_EXP);
+  for_spans(gelu_grad_span, &a, n, XM_K_PAR_MIN_HEAVY);
 }
 
 void xm_k_sigmoid(const float *x, float *y, int64_t n) {
   ew_t a = {{x, NULL, NULL}, {y, NULL}};
-  for_spans(sigmoid_span, &a, n, XM_K_PAR_MIN_EXP);
+  for_spans(sigmoid_span, &a, n, XM_K_PAR_MIN_HEAVY);
 }
 
 void xm_k_sigmoid_grad(const float *dy, const float *y, float *dx, int64_t n) {
@@ -382,13 +398,13 @@ void xm_k_sigmoid_grad(const float *dy, const float *y, float *dx, int64_t n) {
 
 void xm_k_swiglu(const float *g, const float *u, float *y, int64_t n) {
   ew_t a = {{g, u, NULL}, {y, NULL}};
-  for_spans(swiglu_span, &a, n, XM_K_PAR_MIN_EXP);
+  for_spans(swiglu_span, &a, n, XM_K_PAR_MIN_HEAVY);
 }
 
 void xm_k_swiglu_grad(const float *dy, const float *g, const float *u, float *dg, float *du,
                       int64_t n) {
   ew_t a = {{dy, g, u}, {dg, du}};
-  for_spans(swiglu_grad_span, &a, n, XM_K_PAR_MIN_EXP);
+  for_spans(swiglu_grad_span, &a, n, XM_K_PAR_MIN_HEAVY);
 }
 
 /* ---- RMSNorm ------------------------------------------------------------ */
@@ -404,7 +420,7 @@ static float rms_inv(const float *xr, int64_t H, float eps) {
 }
 
 void xm_k_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t H, float eps) {
-#pragma omp parallel for if (rows * H >= XM_K_PAR_MIN) schedule(static)
+#pragma omp parallel for if (rows * H >= XM_K_PAR_MIN_HEAVY) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * H;
     float *yr = y + r * H;
@@ -427,7 +443,7 @@ void xm_k_rmsnorm_grad(const float *dy, const float *x, const float *w, float *d
   }
   float *inv = malloc((size_t)rows * sizeof *inv);
   XM_ASSERT(inv != NULL);
-#pragma omp parallel for if (rows * H >= XM_K_PAR_MIN) schedule(static)
+#pragma omp parallel for if (rows * H >= XM_K_PAR_MIN_HEAVY) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * H, *dyr = dy + r * H;
     float *dxr = dx + r * H;
@@ -445,7 +461,7 @@ void xm_k_rmsnorm_grad(const float *dy, const float *x, const float *w, float *d
   /* dw[j] = sum_r dy[r,j] * x[r,j] * inv[r]: column sums of dy*x need the
    * product per element, so walk column blocks directly. */
   int64_t nblocks = (H + XM_K_COL_BLOCK - 1) / XM_K_COL_BLOCK;
-#pragma omp parallel for if (rows * H >= XM_K_PAR_MIN) schedule(static)
+#pragma omp parallel for if (rows * H >= XM_K_PAR_MIN_HEAVY) schedule(static)
   for (int64_t blk = 0; blk < nblocks; blk++) {
     int64_t j0 = blk * XM_K_COL_BLOCK;
     int64_t nj = H - j0 < XM_K_COL_BLOCK ? H - j0 : XM_K_COL_BLOCK;
@@ -515,12 +531,19 @@ static inline float exp1(float x) {
  * lies in (0, 1] and is exact to an ulp in float; the sum of up to 10^5
  * terms is what loses precision, so it is kept in double. */
 static void row_lse(const float *lr, int64_t V, float *out_max, double *out_sum) {
-  float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < V; j++)
+  v4f m4 = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int64_t j = 0;
+  for (; j + 4 <= V; j += 4) {
+    v4f l = ld4(lr + j);
+    m4 = sel4(l > m4, l, m4);
+  }
+  float m = m4[0];
+  for (int k = 1; k < 4; k++)
+    m = m4[k] > m ? m4[k] : m;
+  for (; j < V; j++)
     m = lr[j] > m ? lr[j] : m;
   double s = 0.0;
-  int64_t j = 0;
+  j = 0;
   for (; j + 4 <= V; j += 4) {
     v4f e = exp4(ld4(lr + j) - m);
     s += ((double)e[0] + (double)e[1]) + ((double)e[2] + (double)e[3]);

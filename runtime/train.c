@@ -65,6 +65,33 @@ typedef struct {
 
 /* ---- before MPI ----------------------------------------------------------- */
 
+/* libgomp reads its wait policy once, when it loads. Its default (spin
+ * ~300000 pauses, 7 ms on Zen 4, after each parallel region) is ruinous
+ * when the cores are shared: a thread spins away its time slice while the
+ * one it waits for is not running (measured: 30 steps of samples/tiny.json
+ * took 44 s instead of 4 s next to other jobs). Passive waiting (sleep at
+ * once) costs a futex wake-up per region, and a training step has hundreds
+ * of short regions now that every GEMM is split over the team. A short
+ * spin, GOMP_SPINCOUNT=1000 (~25 us), keeps the team awake across the
+ * back-to-back regions of a step and gives the cores up soon when they are
+ * wanted elsewhere (docs/benchmarks.md, "Training step profile"). LLVM's
+ * libomp ignores it; KMP_BLOCKTIME=0 gives it the passive behaviour. So,
+ * unless the user chose a policy, set these and exec ourselves once, before
+ * anything else (never after MPI has started: the test harness and
+ * embedding programs run in-process). XM_NO_REEXEC turns this off. */
+static void maybe_reexec(char **argv) {
+  if (!argv || !argv[0] || getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") ||
+      getenv("XM_NO_REEXEC"))
+    return;
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) return;
+  if (setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
+  if (!getenv("KMP_BLOCKTIME") && setenv("KMP_BLOCKTIME", "0", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  /* exec failed: go on with the default policy. */
+}
+
 static int64_t tensor_numel(const xm_rt_tensor_t *t) {
   int64_t n = 1;
   for (int i = 0; i < t->rank; i++)
@@ -208,11 +235,8 @@ static int ranks_on_this_machine(const trainer_t *t) {
  * libxmrt cuts every GEMM over it and runs OpenBLAS single-threaded inside
  * (runtime/kernels_dense.c), whatever OPENBLAS_NUM_THREADS says, because
  * two pools on the same cores hand the cores back and forth at every switch
- * between a GEMM and an elementwise kernel. With one pool, libgomp's
- * default wait policy (spin a little after a region, then sleep) is the
- * best one: the next region usually starts within microseconds, and
- * nothing else wants the cores (docs/benchmarks.md, "Training step
- * profile"). */
+ * between a GEMM and an elementwise kernel (docs/benchmarks.md, "Training
+ * step profile"; the wait policy is maybe_reexec's). */
 static int setup_threads(const trainer_t *t) {
   cpu_set_t set;
   long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -719,6 +743,7 @@ static void cleanup(trainer_t *t) {
 }
 
 int xm_rt_train_main(int argc, char **argv, const xm_rt_program_t *program) {
+  maybe_reexec(argv);
   trainer_t t;
   memset(&t, 0, sizeof t);
   t.p = program;
