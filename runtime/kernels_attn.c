@@ -38,7 +38,9 @@
  * 129 x 32 GEMMs from 2 OpenMP threads drop from 48 to 7 GFLOP/s with
  * OPENBLAS_NUM_THREADS=2). It stays on the calling thread when M*N*K <=
  * 65536 * GEMM_MULTITHREAD_THRESHOLD (4 by default) = 2^18, so gemm_st
- * cuts larger GEMMs into pieces of at most that size. The other design,
+ * cuts larger GEMMs into pieces of at most that size (out/train runs
+ * OpenBLAS single-threaded anyway; the cut protects other programs and the
+ * tests, and costs a few extra calls). The other design,
  * one (batch, head) at a time with OpenBLAS threading each GEMM, measured
  * slower: these GEMMs are too small to split well over threads, and the
  * softmax between them would run on one core (docs/benchmarks.md,
