@@ -23,6 +23,29 @@
  * three (write dw, read dw, read-modify-write the state). Nothing in the
  * micro-batch function reads a grad state, so adding early is safe.
  *
+ * Multi-rank programs. Collectives and the data movement around them call
+ * runtime/spmd.h with the group of the op's attr group as an XM_RT_GROUP_*
+ * constant and its attr layer (-1 when absent): all_reduce, all_gather and
+ * narrow (dim 0 only), exchange_counts, all_to_all, reduce_state (f32 or
+ * i32 in place), zero_reduce_scatter, zero_gather; replicate is a copy, or
+ * nothing when the plan gave it its operand's place; sort_chunks and
+ * unsort_chunks are kernels; the four rbd_* ops call runtime/rbd_exec.h
+ * with their attr slot. An all_to_all or rbd_dispatch returns the rows it
+ * received into `int64_t n_<id>` (id of its first result), which becomes
+ * the routed row count of everything computed from those rows, exactly
+ * like a permute's.
+ * Gradient clipping: grad_norm_sq only stores its f32 sum of squares (a
+ * multi-rank step all-reduces and adds partial sums in the graph); each
+ * adamw sets x->grad_norm and x->grad_scale from the norm_sq it consumes
+ * before its update. An adamw with attrs group/group_size is ZeRO-1: grad,
+ * m and v are this member's chunk of c = ceil(n/P) elements and only that
+ * range of the param (pointer offset index*c, length clipped to n) is
+ * updated. The tensor table carries each tensor's split (a param's attrs
+ * split_group/split_dim, inherited by its grad and unchunked moments) and a
+ * ZeRO-1 state's chunk_group; the program object carries the layout from
+ * the module attrs par_dp, par_tp, par_ep, par_ssmb, par_rbd, par_zero,
+ * par_rpn (defaults 1, 1, 1, 0, 0, 0, 0).
+ *
  * Which function an op lands in comes from its attr phase (set by the
  * autodiff pass; absent counts as "fwd"): fwd and bwd ops run in micro, step
  * ops in step. Params and states are declarations (they live in the
@@ -390,8 +413,195 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
   return true;
 }
 
-/* grad_norm_sq: the global squared norm in double, kept by the step
- * function for the clip coefficient that adamw applies. */
+/* ---- multi-rank ops (runtime/spmd.h) ------------------------------------ */
+
+/* Group names of the shard pass and the runtime's group kinds. "sp" (the
+ * sequence shard of an SSMB block) is the TP group's ranks. */
+static const struct {
+  const char *name, *constant;
+  int kind; /* xm_rt_group_kind_t */
+} k_groups[] = {
+    {"world", "XM_RT_GROUP_WORLD", 0}, {"dp", "XM_RT_GROUP_DP", 1},
+    {"tp", "XM_RT_GROUP_TP", 2},       {"ep", "XM_RT_GROUP_EP", 3},
+    {"edp", "XM_RT_GROUP_EDP", 4},     {"node", "XM_RT_GROUP_NODE", 5},
+    {"sp", "XM_RT_GROUP_TP", 2},
+};
+
+/* Index in k_groups of a group name, or -1. */
+static int group_lookup(const char *name) {
+  for (size_t i = 0; name && i < sizeof k_groups / sizeof k_groups[0]; i++)
+    if (strcmp(k_groups[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+/* The XM_RT_GROUP_* constant of an op's attr group. */
+static const char *group_const(gen_t *g, const xm_ir_op_t *op) {
+  const char *name = xm_ir_op_get_string(op, "group", NULL);
+  int i = group_lookup(name);
+  if (i < 0) {
+    gen_error(g, op, XM_ERR_INTERNAL, "%s has no known group attribute (\"%s\")",
+              name ? name : "none");
+    return "XM_RT_GROUP_WORLD";
+  }
+  return k_groups[i].constant;
+}
+
+static int layer_of(const xm_ir_op_t *op) { return (int)xm_ir_op_get_int(op, "layer", -1); }
+
+/* Elements per row (per index of dim 0). */
+static int64_t row_width(const xm_ir_value_t *v) {
+  if (v->type.rank < 1 || v->type.dims[0] <= 0) return 1;
+  return numel(v) / v->type.dims[0];
+}
+
+static bool dynamic0(const xm_ir_value_t *v) { return v->type.rank > 0 && v->type.dynamic[0]; }
+
+/* all_gather and narrow move whole slices of dim 0 of static tensors. */
+static bool leading_static(gen_t *g, const xm_ir_op_t *op) {
+  if (xm_ir_op_get_int(op, "dim", 0) == 0 && !dynamic0(IN(0)) && !dynamic0(OUT(0))) return true;
+  gen_error(g, op, XM_ERR_UNSUPPORTED,
+            "%s cannot run in the CPU schedule along a dim other than 0 or over rows of a "
+            "run-time count%s",
+            NULL);
+  return false;
+}
+
+/* The copy of replicate and of a reshape the plan did not alias. */
+static void emit_copy_unless_aliased(gen_t *g, const xm_ir_op_t *op) {
+  xm_mem_place_t a, b;
+  if (xm_plan_memory_place(op, 0, &a) && xm_plan_memory_place(IN(0)->def, IN(0)->index, &b) &&
+      (a.arena != b.arena || a.offset != b.offset))
+    EMIT("memcpy(%s, %s, (size_t)(%s) * %zu);", R(0), A(0), count(g, OUT(0)),
+         xm_dtype_size(OUT(0)->type.dtype));
+  else
+    EMIT("/* aliased: no code */");
+}
+
+/* all_to_all: the rows it returns become the run-time row count n_<id> of
+ * everything computed from them (compute_rows_src). */
+static void emit_all_to_all(gen_t *g, const xm_ir_op_t *op) {
+  const char *traffic = xm_ir_op_get_string(op, "traffic", NULL);
+  const char *phase = "XM_RT_PHASE_OTHER";
+  if (traffic && strcmp(traffic, "dispatch") == 0) phase = "XM_RT_PHASE_DISPATCH";
+  else if (traffic && strcmp(traffic, "combine") == 0) phase = "XM_RT_PHASE_COMBINE";
+  else if (traffic)
+    gen_error(g, op, XM_ERR_INTERNAL, "%s: traffic \"%s\" is neither dispatch nor combine",
+              traffic);
+  int id = OUT(0)->id;
+  int64_t bound = dim(OUT(0), 0);
+  EMIT("int64_t n_%d = xm_rt_all_to_all(x, %s, %s, %d, %s, %s, %s, " I64 ", " I64 ", %s, " I64
+       ");",
+       id, group_const(g, op), phase, layer_of(op), A(0), A(1), A(2), dim(IN(1), 1),
+       row_width(OUT(0)), R(0), bound);
+  if (dynamic0(OUT(0))) return;
+  EMIT("if (n_%d != " I64 ")", id, bound);
+  xm_emit_indent(&g->e);
+  EMIT("xm_rt_fail(x, \"op %d all_to_all: %%lld rows arrived, the static shape says " I64
+       "\", (long long)n_%d);",
+       g->op_index, bound, id);
+  xm_emit_dedent(&g->e);
+}
+
+/* The chunk size of a ZeRO-1 op against its group_size (when given). */
+static void check_chunk(gen_t *g, const xm_ir_op_t *op, int64_t n, int64_t c) {
+  int64_t P = xm_ir_op_get_int(op, "group_size", 0);
+  if (P >= 1 && c != (n + P - 1) / P)
+    gen_error(g, op, XM_ERR_INTERNAL, "%s: the chunk is not ceil(n / group_size)%s", NULL);
+}
+
+/* Redundancy-bypassing dispatch (runtime/rbd_exec.h): the dispatch returns
+ * the rows of this rank's experts into n_<id> like an all_to_all; the
+ * routing record between the four calls lives in the runtime under attr
+ * slot. */
+static bool emit_rbd(gen_t *g, const xm_ir_op_t *op) {
+  switch (op->code) {
+  case XM_OP_RBD_DISPATCH: { /* x[T,H], experts i32[T,k], weights[T,k] -> rows, tpe */
+    int id = OUT(0)->id;
+    int64_t bound = dim(OUT(0), 0);
+    EMIT("int64_t n_%d = xm_rt_rbd_dispatch(x, %d, %d, %s, %s, %s, " I64 ", " I64 ", " I64
+         ", " I64 ", %s, %s, " I64 ");",
+         id, (int)iattr(g, op, "slot"), layer_of(op), A(0), A(1), A(2), dim(IN(0), 0),
+         dim(IN(1), 1), dim(IN(0), 1), iattr(g, op, "num_experts"), R(0), R(1), bound);
+    if (!dynamic0(OUT(0))) {
+      EMIT("if (n_%d != " I64 ")", id, bound);
+      xm_emit_indent(&g->e);
+      EMIT("xm_rt_fail(x, \"op %d rbd_dispatch: %%lld rows arrived, the static shape says " I64
+           "\", (long long)n_%d);",
+           g->op_index, bound, id);
+      xm_emit_dedent(&g->e);
+    }
+    break;
+  }
+  case XM_OP_RBD_COMBINE:
+    EMIT("xm_rt_rbd_combine(x, %d, %d, %s, %s);", (int)iattr(g, op, "slot"), layer_of(op), A(0),
+         R(0));
+    break;
+  case XM_OP_RBD_COMBINE_GRAD:
+    EMIT("xm_rt_rbd_combine_grad(x, %d, %d, %s, %s, %s, %s);", (int)iattr(g, op, "slot"),
+         layer_of(op), A(0), A(1), R(0), R(1));
+    break;
+  case XM_OP_RBD_DISPATCH_GRAD:
+    EMIT("xm_rt_rbd_dispatch_grad(x, %d, %d, %s, %s);", (int)iattr(g, op, "slot"), layer_of(op),
+         A(0), R(0));
+    break;
+  default: return false;
+  }
+  return true;
+}
+
+/* Collectives and the data movement around them; false when not one. */
+static bool emit_spmd(gen_t *g, const xm_ir_op_t *op) {
+  switch (op->code) {
+  case XM_OP_ALL_REDUCE:
+    EMIT("xm_rt_all_reduce(x, %s, %d, %s, %s, %s);", group_const(g, op), layer_of(op), A(0), R(0),
+         count(g, IN(0)));
+    break;
+  case XM_OP_ALL_GATHER:
+    if (leading_static(g, op))
+      EMIT("xm_rt_all_gather(x, %s, %d, %s, %s, " I64 ");", group_const(g, op), layer_of(op),
+           A(0), R(0), numel(IN(0)));
+    break;
+  case XM_OP_NARROW:
+    if (leading_static(g, op))
+      EMIT("xm_rt_narrow(x, %s, %s, %s, " I64 ", %zu);", group_const(g, op), A(0), R(0),
+           numel(OUT(0)), xm_dtype_size(OUT(0)->type.dtype));
+    break;
+  case XM_OP_REPLICATE: emit_copy_unless_aliased(g, op); break;
+  case XM_OP_EXCHANGE_COUNTS:
+    EMIT("xm_rt_exchange_counts(x, %s, %d, %s, %s, %s, " I64 ");", group_const(g, op),
+         layer_of(op), A(0), R(0), R(1), dim(IN(0), 1));
+    break;
+  case XM_OP_ALL_TO_ALL: emit_all_to_all(g, op); break;
+  case XM_OP_SORT_CHUNKS:
+  case XM_OP_UNSORT_CHUNKS:
+    EMIT("xm_k_%s(%s, %s, " I64 ", " I64 ", " I64 ", %s);", xm_ir_opinfo(op->code)->name, A(0),
+         A(1), dim(IN(1), 0), dim(IN(1), 1), row_width(IN(0)), R(0));
+    break;
+  case XM_OP_REDUCE_STATE:
+    if (IN(0)->type.dtype == XM_DT_I32)
+      EMIT("xm_rt_all_reduce_i32(x, %s, %d, %s, %s);", group_const(g, op), layer_of(op), A(0),
+           count(g, IN(0)));
+    else
+      EMIT("xm_rt_all_reduce(x, %s, %d, %s, %s, %s);", group_const(g, op), layer_of(op), A(0),
+           A(0), count(g, IN(0)));
+    break;
+  case XM_OP_ZERO_REDUCE_SCATTER:
+    check_chunk(g, op, numel(IN(0)), numel(OUT(0)));
+    EMIT("xm_rt_zero_reduce_scatter(x, %s, %s, " I64 ", %s);", group_const(g, op), A(0),
+         numel(IN(0)), R(0));
+    break;
+  case XM_OP_ZERO_GATHER:
+    EMIT("xm_rt_zero_gather(x, %s, %s, " I64 ");", group_const(g, op), A(0), numel(IN(0)));
+    break;
+  default: return emit_rbd(g, op);
+  }
+  return true;
+}
+
+/* grad_norm_sq: a squared norm summed in double, stored as its f32 scalar
+ * result. On one rank it is the global norm; a multi-rank step all-reduces
+ * partial sums and adds them in the graph, so the clip coefficient is taken
+ * by each adamw from the value it consumes (emit_adamw), not here. */
 static void emit_grad_norm(gen_t *g, const xm_ir_op_t *op) {
   EMIT("{");
   xm_emit_indent(&g->e);
@@ -399,8 +609,41 @@ static void emit_grad_norm(gen_t *g, const xm_ir_op_t *op) {
   for (int i = 0; i < op->num_operands; i++)
     EMIT("norm_sq += xm_k_sum_sq(%s, %s);", A(i), count(g, IN(i)));
   EMIT("*%s = (float)norm_sq;", R(0));
-  EMIT("x->grad_norm = sqrt(norm_sq);");
-  EMIT("x->grad_scale = xm_rt_clip_coef((float)norm_sq, x->grad_clip);");
+  xm_emit_dedent(&g->e);
+  EMIT("}");
+}
+
+/* adamw: the global norm and clip coefficient from its norm_sq operand,
+ * then the update. With attrs group/group_size (ZeRO-1) grad, m and v are
+ * this member's chunk [c] of the flattened param [n]: only elements
+ * [index*c, min(n, (index+1)*c)) of the param are updated (none when the
+ * range is empty: the last members of a short tensor own nothing). */
+static void emit_adamw(gen_t *g, const xm_ir_op_t *op) {
+  const char *norm = A(4);
+  const char *decay = xm_ir_op_get_bool(op, "decay", false) ? "x->weight_decay" : "0.0f";
+  EMIT("x->grad_norm = sqrt((double)*%s);", norm);
+  EMIT("x->grad_scale = xm_rt_clip_coef(*%s, x->grad_clip);", norm);
+  if (!xm_ir_op_attr(op, "group")) {
+    EMIT("xm_k_adamw(%s, %s, %s, %s, " I64 ", x->lr, x->beta1, x->beta2, x->adam_eps, %s, "
+         "x->step, x->grad_scale);",
+         A(0), A(1), A(2), A(3), numel(IN(0)), decay);
+    return;
+  }
+  int64_t n = numel(IN(0)), c = numel(IN(1)), P = iattr(g, op, "group_size");
+  if (P < 1 || c != (n + P - 1) / P || numel(IN(2)) != c || numel(IN(3)) != c)
+    gen_error(g, op, XM_ERR_INTERNAL,
+              "%s: the ZeRO-1 chunks of grad, m and v are not ceil(n / group_size)%s", NULL);
+  const char *group = group_const(g, op);
+  EMIT("{");
+  xm_emit_indent(&g->e);
+  EMIT("int64_t lo = xm_rt_group_index(x, %s) * " I64 ";", group, c);
+  EMIT("int64_t len = " I64 " - lo < " I64 " ? " I64 " - lo : " I64 ";", n, c, n, c);
+  EMIT("if (len > 0)");
+  xm_emit_indent(&g->e);
+  EMIT("xm_k_adamw(%s + lo, %s, %s, %s, len, x->lr, x->beta1, x->beta2, x->adam_eps, %s, "
+       "x->step, x->grad_scale);",
+       A(0), A(1), A(2), A(3), decay);
+  xm_emit_dedent(&g->e);
   xm_emit_dedent(&g->e);
   EMIT("}");
 }
@@ -416,12 +659,7 @@ static bool emit_train(gen_t *g, const xm_ir_op_t *op) {
            A(0), A(1), count(g, IN(1)));
     break;
   case XM_OP_GRAD_NORM_SQ: emit_grad_norm(g, op); break;
-  case XM_OP_ADAMW:
-    EMIT("xm_k_adamw(%s, %s, %s, %s, " I64 ", x->lr, x->beta1, x->beta2, x->adam_eps, %s, "
-         "x->step, x->grad_scale);",
-         A(0), A(1), A(2), A(3), numel(IN(0)),
-         xm_ir_op_get_bool(op, "decay", false) ? "x->weight_decay" : "0.0f");
-    break;
+  case XM_OP_ADAMW: emit_adamw(g, op); break;
   case XM_OP_AUX_FREE_UPDATE:
     EMIT("xm_k_aux_free_update(%s, %s, " I64 ", %s);", A(0), A(1), numel(IN(0)),
          fattr(g, op, "gamma"));
@@ -480,17 +718,16 @@ static void emit_op(gen_t *g, const xm_ir_op_t *op) {
   EMIT("%s", xm_strbuf_cstr(&c));
   xm_strbuf_free(&c);
   if (emit_structure(g, op) || emit_dense(g, op) || emit_dense_grad(g, op) || emit_moe(g, op) ||
-      emit_train(g, op))
+      emit_spmd(g, op) || emit_train(g, op))
     return;
-  gen_error(g, op, XM_ERR_UNSUPPORTED,
-            "%s cannot run in the single-rank CPU schedule yet (collectives come with the "
-            "multi-rank milestone)%s",
-            NULL);
+  gen_error(g, op, XM_ERR_UNSUPPORTED, "%s cannot run in the generated CPU schedule yet%s", NULL);
 }
 
-/* Which permute bounds each value's dim 0: a permute's indices and bin_ids
- * are its own rows; a result with a dynamic dim 0 inherits from the first
- * operand that has routed rows. */
+/* Which permute, all_to_all or rbd_dispatch bounds each value's dim 0: a
+ * permute's indices and bin_ids are its own rows, as are the rows an
+ * all_to_all or rbd_dispatch returns; a
+ * result with a dynamic dim 0 inherits from the first operand that has
+ * routed rows. */
 static void compute_rows_src(gen_t *g) {
   const xm_ir_module_t *m = g->m;
   for (int i = 0; i < xm_ir_module_num_values(m); i++)
@@ -500,6 +737,11 @@ static void compute_rows_src(gen_t *g) {
     if (op->code == XM_OP_PERMUTE) {
       g->rows_src[OUT(0)->id] = OUT(0)->id;
       g->rows_src[OUT(1)->id] = OUT(0)->id;
+      continue;
+    }
+    if (op->code == XM_OP_ALL_TO_ALL || op->code == XM_OP_RBD_DISPATCH) {
+      /* n_<id> = the rows it returns */
+      g->rows_src[OUT(0)->id] = OUT(0)->id;
       continue;
     }
     int src = -1;
@@ -574,6 +816,56 @@ static const char *state_category(const xm_ir_op_t *op) {
                                                                     : "XM_RT_CAT_OPTIMIZER";
 }
 
+/* The param op named `name`, or NULL. */
+static const xm_ir_op_t *param_op(const xm_ir_module_t *m, const char *name) {
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code == XM_OP_PARAM && strcmp(xm_ir_op_get_string(op, "name", ""), name) == 0)
+      return op;
+  }
+  return NULL;
+}
+
+/* Sharding columns of a table row (runtime/program.h): group kinds + 1,
+ * 0 when not split / not chunked. */
+typedef struct {
+  int split_group, split_dim, chunk_group;
+} shard_cols_t;
+
+static const shard_cols_t k_unsharded = {0, 0, 0};
+
+/* A group attr as a table column: kind + 1, 0 when absent. */
+static int group_column(gen_t *g, const xm_ir_op_t *op, const char *key) {
+  const char *name = xm_ir_op_get_string(op, key, NULL);
+  if (!name) return 0;
+  int i = group_lookup(name);
+  if (i < 0) {
+    gen_error(g, op, XM_ERR_INTERNAL, "%s has an unknown group in its sharding (\"%s\")", name);
+    return 0;
+  }
+  return k_groups[i].kind + 1;
+}
+
+/* A param's split (attrs split_group, split_dim). */
+static shard_cols_t param_shard(gen_t *g, const xm_ir_op_t *param) {
+  shard_cols_t c = {0, 0, 0};
+  if (!param) return c;
+  c.split_group = group_column(g, param, "split_group");
+  if (c.split_group) c.split_dim = (int)xm_ir_op_get_int(param, "split_dim", 0);
+  return c;
+}
+
+/* A state: a ZeRO-1 chunk (attr chunk_group) is not split; grads and
+ * unchunked Adam moments hold the same slice as their param. */
+static shard_cols_t state_shard(gen_t *g, const xm_ir_op_t *state) {
+  shard_cols_t c = {0, 0, 0};
+  c.chunk_group = group_column(g, state, "chunk_group");
+  if (c.chunk_group) return c;
+  const char *kind = xm_ir_op_get_string(state, "kind", "");
+  if (strcmp(kind, "grad") && strcmp(kind, "adam_m") && strcmp(kind, "adam_v")) return c;
+  return param_shard(g, param_op(g->m, xm_ir_op_get_string(state, "of", "")));
+}
+
 /* Index in the table of the param named `name`, or -1. */
 static int param_index(const xm_ir_module_t *m, const char *name) {
   int idx = 0;
@@ -587,9 +879,10 @@ static int param_index(const xm_ir_module_t *m, const char *name) {
   return -1;
 }
 
-/* One table row: name, category, dtype, rank, dims, place, init, param. */
+/* One table row: name, category, dtype, rank, dims, place, init, param,
+ * sharding. */
 static void emit_row(gen_t *g, const char *name, const char *category, const xm_ir_value_t *v,
-                     const char *init, double std, int trainable, int param) {
+                     const char *init, double std, int trainable, int param, shard_cols_t sh) {
   xm_mem_place_t p = {0, 0, 0};
   if (!xm_plan_memory_place(v->def, v->index, &p))
     gen_error(g, v->def, XM_ERR_INTERNAL, "%s result has no memory place (run plan-memory)%s",
@@ -603,10 +896,10 @@ static void emit_row(gen_t *g, const char *name, const char *category, const xm_
   for (int i = 0; i < v->type.rank; i++)
     xm_strbuf_printf(&row, "%s%" PRId64, i ? ", " : "", v->type.dims[i]);
   if (v->type.rank == 0) xm_strbuf_puts(&row, "0");
-  xm_strbuf_printf(&row, "}, %d, %" PRId64 ", %" PRId64 ", %s, %sf, %d, %d},",
+  xm_strbuf_printf(&row, "}, %d, %" PRId64 ", %" PRId64 ", %s, %sf, %d, %d, %d, %d, %d},",
                    p.arena == XM_MEM_ARENA_PERSISTENT ? 1 : 0, p.offset,
                    numel(v) * (int64_t)xm_dtype_size(v->type.dtype), init, num(g, v->def, std),
-                   trainable, param);
+                   trainable, param, sh.split_group, sh.split_dim, sh.chunk_group);
   EMIT("%s", xm_strbuf_cstr(&row));
   xm_strbuf_free(&row);
 }
@@ -617,14 +910,15 @@ static void emit_decl_row(gen_t *g, const xm_ir_op_t *op, table_idx_t *t) {
     const char *init = xm_ir_op_get_string(op, "init", "normal");
     double std = strcmp(init, "normal") == 0 ? xm_ir_op_get_float(op, "std", 0.02) : 0.0;
     emit_row(g, name, "XM_RT_CAT_WEIGHTS", OUT(0), init_name(init), std,
-             xm_ir_op_get_bool(op, "trainable", true), -1);
+             xm_ir_op_get_bool(op, "trainable", true), -1, param_shard(g, op));
   } else if (op->code == XM_OP_STATE) {
     int of = param_index(g->m, xm_ir_op_get_string(op, "of", ""));
-    emit_row(g, name, state_category(op), OUT(0), "XM_RT_INIT_ZEROS", 0.0, 0, of);
+    emit_row(g, name, state_category(op), OUT(0), "XM_RT_INIT_ZEROS", 0.0, 0, of,
+             state_shard(g, op));
   } else {
     if (strcmp(name, "tokens") == 0) t->tokens = t->count;
     if (strcmp(name, "labels") == 0) t->labels = t->count;
-    emit_row(g, name, "XM_RT_CAT_INPUTS", OUT(0), "XM_RT_INIT_NONE", 0.0, 0, -1);
+    emit_row(g, name, "XM_RT_CAT_INPUTS", OUT(0), "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded);
   }
   t->count++;
 }
@@ -633,7 +927,7 @@ static void emit_decl_row(gen_t *g, const xm_ir_op_t *op, table_idx_t *t) {
 static void emit_table(gen_t *g, table_idx_t *t) {
   const xm_ir_op_t *ret = NULL;
   EMIT("/* name, category, dtype, rank, dims, persistent, offset, bytes, init, std, trainable, "
-       "param */");
+       "param, split_group, split_dim, chunk_group (group kind + 1, 0 = none) */");
   EMIT("static const xm_rt_tensor_t k_tensors[] = {");
   xm_emit_indent(&g->e);
   for (int i = 0; i < xm_ir_module_num_ops(g->m); i++) {
@@ -648,10 +942,12 @@ static void emit_table(gen_t *g, table_idx_t *t) {
     if (g->st == XM_OK) g->st = XM_ERR_INTERNAL;
   } else {
     t->loss = t->count++;
-    emit_row(g, "loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[0], "XM_RT_INIT_NONE", 0.0, 0, -1);
+    emit_row(g, "loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[0], "XM_RT_INIT_NONE", 0.0, 0, -1,
+             k_unsharded);
     t->ce_loss = t->count++;
     emit_row(g, "ce_loss", "XM_RT_CAT_ACTIVATIONS",
-             ret->operands[ret->num_operands > 1 ? 1 : 0], "XM_RT_INIT_NONE", 0.0, 0, -1);
+             ret->operands[ret->num_operands > 1 ? 1 : 0], "XM_RT_INIT_NONE", 0.0, 0, -1,
+             k_unsharded);
   }
   xm_emit_dedent(&g->e);
   EMIT("};");
@@ -695,6 +991,12 @@ static void emit_settings(gen_t *g) {
   EMIT(".warmup_steps = " I64 ", .train_steps = " I64 ", .lr_schedule = %d, .seed = %" PRIu64
        "u,",
        t->warmup_steps, t->train_steps, (int)t->lr_schedule, t->seed);
+  const xm_ir_module_t *m = g->m;
+  EMIT(".dp = " I64 ", .tp = " I64 ", .ep = " I64 ", .ssmb = " I64 ", .rbd = " I64
+       ", .zero = " I64 ", .ranks_per_node = " I64 ",",
+       module_int(m, "par_dp", 1), module_int(m, "par_tp", 1), module_int(m, "par_ep", 1),
+       module_int(m, "par_ssmb", 0), module_int(m, "par_rbd", 0), module_int(m, "par_zero", 0),
+       module_int(m, "par_rpn", 0));
 }
 
 static void emit_program(gen_t *g, const table_idx_t *t, xm_mem_report_t *r) {
@@ -775,6 +1077,8 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
   xm_emit_blank(&g->e);
   EMIT("#include \"runtime/kernels.h\"");
   EMIT("#include \"runtime/program.h\"");
+  EMIT("#include \"runtime/rbd_exec.h\"");
+  EMIT("#include \"runtime/spmd.h\"");
   xm_emit_blank(&g->e);
   table_idx_t t = {.tokens = -1, .labels = -1, .loss = -1, .ce_loss = -1, .count = 0};
   emit_table(g, &t);

@@ -6,9 +6,12 @@
  * shared-expert width for tp, since those are split over the TP group),
  * then the techniques (ssmb, rbd, zero) and the batch. Every failing
  * condition is reported, not only the first, so one run of `xmoec plan`
- * shows everything that is wrong with a layout. A refusal is placed at the
- * knob that was asked for (the user can change the layout, not the model);
- * its message names the conflicting spec field by JSON pointer.
+ * shows everything that is wrong with a layout. A refusal is placed at
+ * the knob that was asked for (the user can change the layout, not the
+ * model); its message names the conflicting spec field by JSON pointer.
+ * Some refusals are limits of this version rather than of the layout (MLA
+ * attention; qk_norm "full" under tp > 1; rbd with a capacity factor): when
+ * they are the only errors the status is XM_ERR_UNSUPPORTED.
  *
  * The spec loader (frontend/spec.c) runs similar checks on the "parallel"
  * section as it reads it; this file is the one the compiler and planner ask
@@ -101,6 +104,7 @@ typedef struct {
   xm_layout_origin_t origin;
   const char *source;
   xm_diag_t *diag;
+  int *not_yet; /* errors for what this version cannot train (XM_ERR_UNSUPPORTED) */
 } check_t;
 
 #define PLACE(knob) xm_layout_place(c->origin, knob)
@@ -159,6 +163,13 @@ static void check_ep(const check_t *c) {
   if (world % l->ep != 0)
     ERR(place, "ep (%lld) must divide dp*tp (%lld): EP groups are consecutive blocks of ranks",
         (long long)l->ep, (long long)world);
+  /* Without SSMB the tp ranks of a TP group carry the same tokens into the
+   * MoE block; each would dispatch all of them over the EP group. */
+  if (experts > 0 && l->ep > 1 && l->tp > 1 && !l->ssmb)
+    ERR(place,
+        "ep (%lld) with tp (%lld) needs ssmb (%s): without it the ranks of a TP group hold the "
+        "same tokens and would send every token tp times",
+        (long long)l->ep, (long long)l->tp, PLACE(XM_LAYOUT_SSMB));
 }
 
 /* TP splits attention heads and the dense and shared-expert FFN widths. */
@@ -183,6 +194,14 @@ static void check_tp(const check_t *c) {
   if (e->experts > 0 && e->shared_experts > 0 && e->shared_ffn % tp != 0)
     ERR(place, "tp (%lld) must divide the shared-expert width (%lld, /moe/shared_ffn)",
         (long long)tp, (long long)e->shared_ffn);
+  /* OLMoE's norm reduces over all heads of q and k, which TP splits. */
+  if (m->qk_norm == XM_QK_NORM_FULL) {
+    ERR(place,
+        "tp (%lld) cannot split qk_norm \"full\" (/model/qk_norm) yet: the norm runs over the "
+        "whole q and k projections, which tensor parallelism splits by heads; use tp 1",
+        (long long)tp);
+    (*c->not_yet)++;
+  }
 }
 
 static void check_ssmb(const check_t *c) {
@@ -219,6 +238,14 @@ static void check_nodes(const check_t *c) {
         "rbd deduplicates the expert dispatch across the nodes of an EP group and needs ep > 1 "
         "(ep is %lld)",
         (long long)l->ep);
+  if (l->rbd && c->spec->moe.experts > 0 && c->spec->moe.has_capacity) {
+    ERR(PLACE(XM_LAYOUT_RBD),
+        "rbd with a capacity factor (%g, /moe/capacity_factor) is not supported yet: the "
+        "deduplicated dispatch is dropless only; turn rbd off or make the model dropless "
+        "(capacity_factor null)",
+        c->spec->moe.capacity_factor);
+    (*c->not_yet)++;
+  }
   if (rpn == 0) return;
   if (world % rpn != 0) {
     ERR(PLACE(XM_LAYOUT_RANKS_PER_NODE),
@@ -257,24 +284,24 @@ static void check_batch_and_zero(const check_t *c) {
          c->spec->moe.experts > 0 ? ", ep = dp*tp" : "");
 }
 
-/* What this version cannot train whatever the layout. Returns the count. */
-static int check_trainable(const check_t *c) {
+/* What this version cannot train whatever the layout. */
+static void check_trainable(const check_t *c) {
   const char *source = c->source;
   xm_diag_t *diag = c->diag;
   if (c->spec->model.attention == XM_ATTN_MLA) {
     ERR("/model/attention",
         "attention \"mla\" cannot be trained yet (check and plan count it); use \"mha\" or "
         "\"gqa\"");
-    return 1;
+    (*c->not_yet)++;
   }
-  return 0;
 }
 
 xm_status_t xm_layout_check(const xm_spec_t *spec, const xm_layout_t *layout,
                             xm_layout_origin_t origin, const char *source, xm_diag_t *diag) {
-  check_t c = {spec, layout, origin, source, diag};
+  int not_yet = 0;
+  check_t c = {spec, layout, origin, source, diag, &not_yet};
   int before = xm_diag_error_count(diag);
-  int unsupported = check_trainable(&c);
+  check_trainable(&c);
   if (check_degrees(&c)) {
     check_ep(&c);
     check_tp(&c);
@@ -284,7 +311,7 @@ xm_status_t xm_layout_check(const xm_spec_t *spec, const xm_layout_t *layout,
   }
   int added = xm_diag_error_count(diag) - before;
   if (added == 0) return XM_OK;
-  return added == unsupported ? XM_ERR_UNSUPPORTED : XM_ERR_INVALID_INPUT;
+  return added == not_yet ? XM_ERR_UNSUPPORTED : XM_ERR_INVALID_INPUT;
 }
 
 /* ---- rank groups --------------------------------------------------------- */

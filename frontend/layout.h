@@ -62,7 +62,8 @@ void xm_layout_from_spec(const xm_spec_t *spec, xm_layout_t *out);
  * errors). Every refusal goes to `diag` as an error, every legal but useless
  * choice (rbd inside one node, tp spanning nodes, zero with nothing to shard)
  * as a warning. Returns XM_OK when no error was added, XM_ERR_UNSUPPORTED
- * when the only errors are things this version cannot train (MLA), else
+ * when the only errors are things this version cannot train (MLA; qk_norm
+ * "full" with tp > 1; rbd with a capacity factor), else
  * XM_ERR_INVALID_INPUT. `source` names the input in messages (may be NULL). */
 xm_status_t xm_layout_check(const xm_spec_t *spec, const xm_layout_t *layout,
                             xm_layout_origin_t origin, const char *source, xm_diag_t *diag);

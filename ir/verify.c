@@ -23,6 +23,12 @@
  * checked before they are used to index, so a broken module (parsed text,
  * a buggy pass) gives messages, never a crash.
  *
+ * Collectives (the shard pass's ops, RBD) carry attrs group and
+ * group_size and are typed per rank. Where a row count is data-dependent
+ * (all_to_all, rbd_dispatch) the result's dim 0 is dynamic and its bound
+ * is the op's own, like a reshape's type: the rule reads it, never derives
+ * it. Count tables i32[P,L] are static with P = group_size.
+ *
  * The training ops (backward, state, optimizer) have their rules in
  * ir/verify_train.c, reached from apply_rule; the helpers they share with
  * this file are exported through ir/verify_internal.h. The attribute
@@ -585,8 +591,59 @@ static void rule_aux_loss(rule_ctx_t *c, xm_ir_type_t *out) {
 /* Mesh axis names (ir.h) plus the whole world. */
 static const char *const k_group_choices[] = {"dp", "tp", "ep", "edp", "sp", "node", "world", NULL};
 
+/* Which stage of an MoE layer an all_to_all carries (traffic accounting). */
+static const char *const k_traffic_choices[] = {"dispatch", "combine", NULL};
+
+/* Attributes group and group_size. `required` false: both may be absent
+ * (adamw without ZeRO-1), but one without the other is reported. Returns
+ * the group size, 0 when it is absent or invalid (callers then skip the
+ * checks that depend on it; the error is already reported). */
+static int64_t group_attrs(rule_ctx_t *c, bool required) {
+  if (!required && !xm_ir_op_attr(c->op, "group") && !xm_ir_op_attr(c->op, "group_size")) return 0;
+  int64_t size = 0;
+  attr_choice(c, "group", k_group_choices, true);
+  if (!attr_int(c, "group_size", 1, INT64_MAX, &size)) return 0;
+  return size;
+}
+
+/* Count tables and persistent buffers have their sizes at compile time. */
+static bool need_static(rule_ctx_t *c, int i) {
+  const xm_ir_type_t *t = in(c, i);
+  for (int d = 0; d < t->rank; d++) {
+    if (!t->dynamic[d]) continue;
+    rule_error(c, "operand %d must have static dims but has type %s", i, type_text(t).s);
+    return false;
+  }
+  return true;
+}
+
+/* Operand i is a count table i32[P,L]: one row per member of the group
+ * (checked when group_size >= 1), one column per local expert. */
+static bool need_counts(rule_ctx_t *c, int i, int64_t group_size) {
+  if (!need_rank(c, i, 2) || !need_dtype(c, i, XM_DT_I32) || !need_static(c, i)) return false;
+  if (group_size >= 1 && in(c, i)->dims[0] != group_size) {
+    rule_error(c,
+               "operand %d %s must hold one row of counts per member of the group "
+               "(group_size %lld)",
+               i, type_text(in(c, i)).s, (long long)group_size);
+    return false;
+  }
+  return true;
+}
+
+/* A data-dependent row count: dim 0 of result r is dynamic and its bound is
+ * the op's own (what the memory plan reserves), so it is read, not derived. */
+static bool row_bound(rule_ctx_t *c, const xm_ir_type_t *res, int r, int64_t *out) {
+  if (res->rank < 1 || res->dims[0] < 1) {
+    rule_error(c, "result %d has type %s but needs a row bound >= 1 in dim 0", r, type_text(res).s);
+    return false;
+  }
+  *out = res->dims[0];
+  return true;
+}
+
 /* all_gather grows `dim` by the group size; reduce_scatter and narrow keep
- * one equal slice of it. */
+ * one equal slice of it. Any dtype: narrow also slices routing ids (i32). */
 static void rule_resize_dim(rule_ctx_t *c, int64_t group_size, xm_ir_type_t *out) {
   const xm_ir_type_t *x = in(c, 0);
   if (x->rank == 0) {
@@ -614,33 +671,165 @@ static void rule_resize_dim(rule_ctx_t *c, int64_t group_size, xm_ir_type_t *out
   set_result(out, x->dtype, x->rank, dims, x->dynamic);
 }
 
+/* rows x[N,H], send i32[P,L], recv i32[P,L] -> [?M,H], M bounded by the
+ * result type. Rows may be of any dtype (ids travel too). */
 static void rule_all_to_all(rule_ctx_t *c, int64_t group_size, xm_ir_type_t *out) {
-  int64_t max_rows = 0;
+  attr_choice(c, "traffic", k_traffic_choices, true);
   int e0 = c->errors;
-  attr_int(c, "max_rows", 1, INT64_MAX, &max_rows);
   need_rank(c, 0, 2);
-  need_rank(c, 1, 1);
-  need_dtype(c, 1, XM_DT_I32);
+  need_counts(c, 1, group_size);
+  need_counts(c, 2, group_size);
   if (c->errors > e0) return;
-  const xm_ir_type_t *cnt = in(c, 1);
-  if (group_size >= 1 && (cnt->dynamic[0] || cnt->dims[0] != group_size)) {
-    rule_error(c, "operand 1 %s must hold one count per rank of the group (group_size %lld)",
-               type_text(cnt).s, (long long)group_size);
+  if (!xm_ir_type_equal(in(c, 2), in(c, 1))) {
+    rule_error(c, "operand 2 (recv counts) %s must have the shape of operand 1 (send counts) %s",
+               type_text(in(c, 2)).s, type_text(in(c, 1)).s);
     return;
   }
-  int64_t dims[2] = {max_rows, in(c, 0)->dims[1]};
-  bool dyn[2] = {true, in(c, 0)->dynamic[1]};
+  int64_t bound = 0;
+  if (!row_bound(c, out, 0, &bound)) return;
+  int64_t dims[2] = {bound, in(c, 0)->dims[1]};
+  /* Dim 0 is dynamic, except on a way back that returns exactly the rows
+   * a dispatch sent (the result type says so; the runtime checks it). */
+  bool dyn[2] = {out->dynamic[0], in(c, 0)->dynamic[1]};
   set_result(out, in(c, 0)->dtype, 2, dims, dyn);
 }
 
+/* send i32[P,L] -> recv i32[P,L], tokens per local expert i32[L] */
+static void rule_exchange_counts(rule_ctx_t *c, int64_t group_size, xm_ir_type_t *out) {
+  if (!need_counts(c, 0, group_size)) return;
+  const xm_ir_type_t *s = in(c, 0);
+  set_result(&out[0], XM_DT_I32, 2, s->dims, NULL);
+  set_result(&out[1], XM_DT_I32, 1, &s->dims[1], NULL);
+}
+
+/* x[M,H], counts i32[P,L] -> x's type (rows regrouped, none added). */
+static void rule_sort_chunks(rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  need_rank(c, 0, 2);
+  need_counts(c, 1, 0);
+  if (c->errors > e0) return;
+  set_result(out, in(c, 0)->dtype, 2, in(c, 0)->dims, in(c, 0)->dynamic);
+}
+
+/* ---- rules: redundancy-bypassing dispatch (DESIGN.md 4.2) --------------- */
+
+/* The routing record lives in the runtime under attr slot; layer names the
+ * MoE layer in the traffic counters (required on the dispatch, carried by
+ * the others when the pass copies it). */
+static void rbd_attrs(rule_ctx_t *c, bool layer_required) {
+  int64_t v = 0;
+  attr_int(c, "slot", 0, INT64_MAX, &v);
+  if (layer_required || xm_ir_op_attr(c->op, "layer")) attr_int(c, "layer", 0, INT64_MAX, &v);
+}
+
+/* Operand i is f32[T,k] routing weights; operand j holds T in dim 0. */
+static bool need_weights(rule_ctx_t *c, int i, int j, int dj) {
+  return need_rank(c, i, 2) && need_dtype(c, i, XM_DT_F32) &&
+         need_dim_eq(c, "token count", i, 0, j, dj);
+}
+
+/* Operand i is the i32[L] row count per local expert. */
+static bool need_local_tpe(rule_ctx_t *c, int i) {
+  return need_rank(c, i, 1) && need_dtype(c, i, XM_DT_I32);
+}
+
+/* x[T,H], experts i32[T,k], weights f32[T,k] -> rows [?M,H], tpe i32[L] */
+static void rule_rbd_dispatch(rule_ctx_t *c, int64_t group_size, xm_ir_type_t *out) {
+  int64_t num_experts = 0;
+  rbd_attrs(c, true);
+  bool have_e = attr_int(c, "num_experts", 1, INT64_MAX, &num_experts);
+  int e0 = c->errors;
+  need_rank(c, 0, 2);
+  need_float(c, 0);
+  need_rank(c, 1, 2);
+  need_dtype(c, 1, XM_DT_I32);
+  if (c->errors > e0) return;
+  need_dim_eq(c, "token count", 1, 0, 0, 0);
+  need_weights(c, 2, 0, 0);
+  if (c->errors > e0) return;
+  need_dim_eq(c, "slots per token", 2, 1, 1, 1);
+  if (c->errors > e0 || !have_e || group_size < 1) return;
+  if (num_experts % group_size != 0) {
+    rule_error(c, "attribute 'num_experts' is %lld but must be a multiple of group_size %lld",
+               (long long)num_experts, (long long)group_size);
+    return;
+  }
+  int64_t bound = 0, local = num_experts / group_size;
+  if (!row_bound(c, &out[0], 0, &bound)) return;
+  int64_t dims[2] = {bound, in(c, 0)->dims[1]};
+  bool dyn[2] = {true, in(c, 0)->dynamic[1]};
+  set_result(&out[0], in(c, 0)->dtype, 2, dims, dyn);
+  set_result(&out[1], XM_DT_I32, 1, &local, NULL);
+}
+
+/* y[M,H], weights f32[T,k], tpe i32[L] -> [T,H] */
+static void rule_rbd_combine(rule_ctx_t *c, xm_ir_type_t *out) {
+  rbd_attrs(c, false);
+  int e0 = c->errors;
+  need_rank(c, 0, 2);
+  need_float(c, 0);
+  need_rank(c, 1, 2);
+  need_dtype(c, 1, XM_DT_F32);
+  need_local_tpe(c, 2);
+  if (c->errors > e0) return;
+  int64_t dims[2] = {in(c, 1)->dims[0], in(c, 0)->dims[1]};
+  bool dyn[2] = {in(c, 1)->dynamic[0], in(c, 0)->dynamic[1]};
+  set_result(out, in(c, 0)->dtype, 2, dims, dyn);
+}
+
+/* dout[T,H], y[M,H], weights f32[T,k], tpe i32[L] -> dy (y's), dweights */
+static void rule_rbd_combine_grad(rule_ctx_t *c, xm_ir_type_t *out) {
+  rbd_attrs(c, false);
+  int e0 = c->errors;
+  need_rank(c, 0, 2);
+  need_float(c, 0);
+  need_rank(c, 1, 2);
+  need_float(c, 1);
+  need_local_tpe(c, 3);
+  if (c->errors > e0) return;
+  need_weights(c, 2, 0, 0);
+  need_dim_eq(c, "hidden size", 1, 1, 0, 1);
+  if (c->errors > e0) return;
+  set_result(&out[0], in(c, 1)->dtype, 2, in(c, 1)->dims, in(c, 1)->dynamic);
+  set_result(&out[1], XM_DT_F32, 2, in(c, 2)->dims, in(c, 2)->dynamic);
+}
+
+/* drows[M,H], tpe i32[L] -> dx[T,H]: T is not in the operands (the
+ * dispatch's record holds it), so dim 0 of the result is the op's own. */
+static void rule_rbd_dispatch_grad(rule_ctx_t *c, xm_ir_type_t *out) {
+  rbd_attrs(c, false);
+  int e0 = c->errors;
+  need_rank(c, 0, 2);
+  need_float(c, 0);
+  need_local_tpe(c, 1);
+  if (c->errors > e0) return;
+  if (out->rank != 2) {
+    rule_error(c, "result 0 has type %s but must be [T, %s] (the dispatch's tokens)",
+               type_text(out).s, dim_text(in(c, 0), 1).s);
+    return;
+  }
+  int64_t dims[2] = {out->dims[0], in(c, 0)->dims[1]};
+  bool dyn[2] = {out->dynamic[0], in(c, 0)->dynamic[1]};
+  set_result(out, in(c, 0)->dtype, 2, dims, dyn);
+}
+
+/* Exported to verify_train.c (ZeRO-1 and state collectives, adamw). */
+int64_t xm_ir_rule_group(xm_ir_rule_ctx_t *c, bool required) { return group_attrs(c, required); }
+bool xm_ir_rule_need_static(xm_ir_rule_ctx_t *c, int i) { return need_static(c, i); }
+
+/* Every op with attrs group and group_size whose rule lives in this file. */
 static void rule_collective(rule_ctx_t *c, xm_ir_type_t *out) {
-  int64_t group_size = 0;
-  attr_choice(c, "group", k_group_choices, true);
-  attr_int(c, "group_size", 1, INT64_MAX, &group_size);
+  int64_t group_size = group_attrs(c, true);
   const xm_ir_type_t *x = in(c, 0);
   switch (c->op->code) {
   case XM_OP_ALL_REDUCE: set_result(out, x->dtype, x->rank, x->dims, x->dynamic); break;
+  case XM_OP_REPLICATE: same_as(c, 0, out); break;
   case XM_OP_ALL_TO_ALL: rule_all_to_all(c, group_size, out); break;
+  case XM_OP_EXCHANGE_COUNTS: rule_exchange_counts(c, group_size, out); break;
+  case XM_OP_RBD_DISPATCH: rule_rbd_dispatch(c, group_size, out); break;
+  case XM_OP_RBD_COMBINE: rule_rbd_combine(c, out); break;
+  case XM_OP_RBD_COMBINE_GRAD: rule_rbd_combine_grad(c, out); break;
+  case XM_OP_RBD_DISPATCH_GRAD: rule_rbd_dispatch_grad(c, out); break;
   default: rule_resize_dim(c, group_size, out); break;
   }
 }
@@ -713,7 +902,15 @@ static void apply_rule(rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_ALL_GATHER:
   case XM_OP_REDUCE_SCATTER:
   case XM_OP_ALL_TO_ALL:
-  case XM_OP_NARROW: rule_collective(c, out); break;
+  case XM_OP_NARROW:
+  case XM_OP_REPLICATE:
+  case XM_OP_EXCHANGE_COUNTS:
+  case XM_OP_RBD_DISPATCH:
+  case XM_OP_RBD_COMBINE:
+  case XM_OP_RBD_COMBINE_GRAD:
+  case XM_OP_RBD_DISPATCH_GRAD: rule_collective(c, out); break;
+  case XM_OP_SORT_CHUNKS:
+  case XM_OP_UNSORT_CHUNKS: rule_sort_chunks(c, out); break;
   case XM_OP_MATMUL_DX:
   case XM_OP_MATMUL_DW:
   case XM_OP_REDUCE_TO:
@@ -738,7 +935,10 @@ static void apply_rule(rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_GRAD_NORM_SQ:
   case XM_OP_ADAMW:
   case XM_OP_AUX_FREE_UPDATE:
-  case XM_OP_ZERO: xm_ir_verify_train_rule(c, out); break;
+  case XM_OP_ZERO:
+  case XM_OP_REDUCE_STATE:
+  case XM_OP_ZERO_REDUCE_SCATTER:
+  case XM_OP_ZERO_GATHER: xm_ir_verify_train_rule(c, out); break;
   case XM_OP_COUNT_: break;
   }
 }

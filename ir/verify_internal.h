@@ -43,6 +43,9 @@ bool xm_ir_rule_need_index(xm_ir_rule_ctx_t *c, int i);
 /* Dim `di` of operand i equals dim `dj` of operand j (dynamic flag too). */
 bool xm_ir_rule_need_dim_eq(xm_ir_rule_ctx_t *c, const char *what, int i, int di, int j, int dj);
 
+/* Operand i has no dynamic dim. */
+bool xm_ir_rule_need_static(xm_ir_rule_ctx_t *c, int i);
+
 /* Attribute checks (required ones report when missing). */
 bool xm_ir_rule_attr_int(xm_ir_rule_ctx_t *c, const char *key, int64_t lo, int64_t hi,
                          int64_t *out);
@@ -52,13 +55,19 @@ bool xm_ir_rule_attr_bool(xm_ir_rule_ctx_t *c, const char *key, bool required);
 const char *xm_ir_rule_attr_choice(xm_ir_rule_ctx_t *c, const char *key, const char *const *choices,
                                    bool required);
 
+/* Attrs group (dp|tp|ep|edp|sp|node|world) and group_size (>= 1) of a
+ * collective. required false: both may be absent, one alone is reported.
+ * Returns group_size, or 0 when absent or invalid (already reported). */
+int64_t xm_ir_rule_group(xm_ir_rule_ctx_t *c, bool required);
+
 /* Overwrites everything but the sharding of *out. */
 void xm_ir_rule_set_result(xm_ir_type_t *out, xm_dtype_t dt, int rank, const int64_t *dims,
                            const bool *dynamic);
 
 /* The rules of the training ops (verify_train.c): backward ops, state and
- * optimizer ops. `out` has room for op->num_results types, prefilled with
- * the op's own result types. */
+ * optimizer ops, and the collectives on states and params (reduce_state,
+ * zero_reduce_scatter, zero_gather). `out` has room for op->num_results
+ * types, prefilled with the op's own result types. */
 void xm_ir_verify_train_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out);
 
 #endif /* XM_IR_VERIFY_INTERNAL_H */

@@ -14,6 +14,11 @@
  * operand. The verifier has already checked that every operand is a value
  * of the module; the rules still tolerate a missing definition (a module
  * built by hand) and report it instead of crashing.
+ *
+ * The collectives that act on states and params (reduce_state, ZeRO-1's
+ * zero_reduce_scatter and zero_gather) live here for the same reason, and
+ * so does adamw's ZeRO-1 form: with attrs group and group_size its grad,
+ * m and v are this member's chunk f32[ceil(n/P)] of the flattened param.
  */
 #include <string.h>
 
@@ -388,16 +393,95 @@ static void rule_grad_norm_sq(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
     xm_ir_rule_need_float(c, i);
 }
 
-/* param, grad, m, v, norm_sq f32[] */
+/* ceil(n / p): the ZeRO-1 chunk of n elements over p members (p >= 1). */
+static int64_t zero_chunk(int64_t n, int64_t p) { return n / p + (n % p != 0); }
+
+/* Under ZeRO-1 the gradient operand is this member's reduced chunk: the
+ * result of zero_reduce_scatter, or a state holding it. */
+static void need_chunk_grad_def(xm_ir_rule_ctx_t *c, int i) {
+  const xm_ir_op_t *def = c->op->operands[i]->def;
+  if (def && (def->code == XM_OP_STATE || def->code == XM_OP_ZERO_REDUCE_SCATTER)) return;
+  const char *got = def && (int)def->code >= 0 && def->code < XM_OP_COUNT_
+                        ? xm_ir_opinfo(def->code)->name
+                        : "nothing";
+  xm_ir_rule_error(c,
+                   "operand %d must be the result of a state or zero_reduce_scatter op but "
+                   "comes from %s",
+                   i, got);
+}
+
+/* param, grad, m, v, norm_sq f32[]. With attrs group and group_size
+ * (ZeRO-1) grad, m and v are this member's chunk f32[ceil(n/P)] of the
+ * flattened param; without them they have the param's type. */
 static void rule_adamw(xm_ir_rule_ctx_t *c) {
   xm_ir_rule_attr_bool(c, "decay", true);
+  bool zero = xm_ir_op_attr(c->op, "group") || xm_ir_op_attr(c->op, "group_size");
+  int64_t group_size = xm_ir_rule_group(c, false);
   need_def(c, 0, XM_OP_PARAM);
-  for (int i = 1; i < 4; i++) {
-    need_def(c, i, XM_OP_STATE);
-    need_same_type(c, i, 0);
-  }
   xm_ir_rule_need_float(c, 0);
   need_scalar_f32(c, 4);
+  if (!zero) {
+    for (int i = 1; i < 4; i++) {
+      need_def(c, i, XM_OP_STATE);
+      need_same_type(c, i, 0);
+    }
+    return;
+  }
+  need_chunk_grad_def(c, 1);
+  need_def(c, 2, XM_OP_STATE);
+  need_def(c, 3, XM_OP_STATE);
+  if (group_size < 1) return;
+  int64_t n = xm_ir_type_numel(in(c, 0));
+  if (n < 0) {
+    xm_ir_rule_error(c, "operand 0 %s has too many elements", TT(in(c, 0)));
+    return;
+  }
+  int64_t chunk = zero_chunk(n, group_size);
+  xm_ir_type_t want = xm_ir_type_make(XM_DT_F32, 1, &chunk);
+  for (int i = 1; i < 4; i++) {
+    if (xm_ir_type_equal(in(c, i), &want)) continue;
+    xm_ir_rule_error(c,
+                     "operand %d has type %s but ZeRO-1 over group_size %lld needs the chunk "
+                     "%s of operand 0 %s (ceil(%lld / %lld) elements)",
+                     i, TT(in(c, i)), (long long)group_size, TT(&want), TT(in(c, 0)), (long long)n,
+                     (long long)group_size);
+  }
+}
+
+/* ---- collectives on states and params ---------------------------------- */
+
+/* A state summed over the group in place: gradients (f32) and expert
+ * loads (i32). */
+static void rule_reduce_state(xm_ir_rule_ctx_t *c) {
+  xm_ir_rule_group(c, true);
+  const xm_ir_op_t *st = need_def(c, 0, XM_OP_STATE);
+  xm_dtype_t dt = in(c, 0)->dtype;
+  bool is_load = st && strcmp(xm_ir_op_get_string(st, "kind", ""), "load") == 0;
+  if (dt != XM_DT_F32 && !(dt == XM_DT_I32 && is_load))
+    xm_ir_rule_error(c, "operand 0 %s must be f32 (i32 only for a load state)", TT(in(c, 0)));
+}
+
+/* grad f32[...] (n elements) -> f32[ceil(n/P)] */
+static void rule_zero_reduce_scatter(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int64_t group_size = xm_ir_rule_group(c, true);
+  int e0 = c->errors;
+  xm_ir_rule_need_dtype(c, 0, XM_DT_F32);
+  xm_ir_rule_need_static(c, 0);
+  if (c->errors > e0 || group_size < 1) return;
+  int64_t n = xm_ir_type_numel(in(c, 0));
+  if (n < 0) {
+    xm_ir_rule_error(c, "operand 0 %s has too many elements", TT(in(c, 0)));
+    return;
+  }
+  int64_t chunk = zero_chunk(n, group_size);
+  xm_ir_rule_set_result(out, XM_DT_F32, 1, &chunk, NULL);
+}
+
+/* param f32: every member's updated chunk gathered into it in place. */
+static void rule_zero_gather(xm_ir_rule_ctx_t *c) {
+  xm_ir_rule_group(c, true);
+  need_def(c, 0, XM_OP_PARAM);
+  xm_ir_rule_need_dtype(c, 0, XM_DT_F32);
 }
 
 /* bias f32[E] (a param), load i32[E] (a state) */
@@ -443,6 +527,9 @@ void xm_ir_verify_train_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_GRAD_NORM_SQ: rule_grad_norm_sq(c, out); break;
   case XM_OP_ADAMW: rule_adamw(c); break;
   case XM_OP_AUX_FREE_UPDATE: rule_aux_free_update(c); break;
+  case XM_OP_REDUCE_STATE: rule_reduce_state(c); break;
+  case XM_OP_ZERO_REDUCE_SCATTER: rule_zero_reduce_scatter(c, out); break;
+  case XM_OP_ZERO_GATHER: rule_zero_gather(c); break;
   default: xm_ir_rule_error(c, "is not a training op (internal dispatch error)"); break;
   }
 }

@@ -52,6 +52,7 @@ typedef struct {
   xm_ir_value_t **state; /* id of a param's value -> its grad state */
   const xm_ir_op_t *src; /* op whose loc and layer new ops take (NULL: step) */
   const char *phase;     /* phase of new ops */
+  int64_t dp, tp, ep;    /* layout of a sharded module (module attrs par_*; 1 when absent) */
 } ad_t;
 
 /* ---- emitting ---------------------------------------------------------- */
@@ -247,6 +248,68 @@ static void grad_router_loss(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
   contribute(a, x[0], b->results[0]);
 }
 
+/* Copies the collective attributes (group, group_size, dim, slot) of the
+ * differentiated op onto `op`. */
+static void copy_comm_attrs(ad_t *a, xm_ir_op_t *op) {
+  copy_attr(a, op, "group");
+  copy_attr(a, op, "group_size");
+  copy_attr(a, op, "dim");
+  copy_attr(a, op, "slot");
+}
+
+/* The collectives the shard pass inserts into the forward graph. Each
+ * gradient is the adjoint collective (Megatron's f/g pair, gather/narrow,
+ * the mirrored all-to-all); DESIGN.md 4.3 and docs/parallelism.md. */
+static void grad_comm(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
+  xm_ir_value_t **x = op->operands;
+  xm_ir_op_t *b = NULL;
+  switch (op->code) {
+  case XM_OP_REPLICATE: /* identity forward: the replicas' partial gradients sum */
+    if (!needs(a, x[0])) return;
+    b = OP1(a, XM_OP_ALL_REDUCE, x[0]->type, dy);
+    break;
+  case XM_OP_ALL_REDUCE: /* the sum is replicated: each partial gets all of dy */
+    contribute(a, x[0], dy);
+    return;
+  case XM_OP_NARROW: /* every member's slice gradient, concatenated */
+    if (!needs(a, x[0])) return;
+    b = OP1(a, XM_OP_ALL_GATHER, x[0]->type, dy);
+    break;
+  case XM_OP_ALL_GATHER: /* dy is replicated: this member's slice is its share */
+    if (!needs(a, x[0])) return;
+    b = OP1(a, XM_OP_NARROW, x[0]->type, dy);
+    break;
+  case XM_OP_ALL_TO_ALL: { /* rows travel back: counts swap roles */
+    if (!needs(a, x[0])) return;
+    b = OP1(a, XM_OP_ALL_TO_ALL, x[0]->type, dy, x[2], x[1]);
+    const char *t = xm_ir_op_get_string(op, "traffic", "dispatch");
+    xm_ir_op_set_string(a->m, b, "traffic", strcmp(t, "dispatch") == 0 ? "combine" : "dispatch");
+    break;
+  }
+  case XM_OP_SORT_CHUNKS:
+  case XM_OP_UNSORT_CHUNKS:
+    if (!needs(a, x[0])) return;
+    b = OP1(a, op->code == XM_OP_SORT_CHUNKS ? XM_OP_UNSORT_CHUNKS : XM_OP_SORT_CHUNKS,
+            x[0]->type, dy, x[1]);
+    break;
+  case XM_OP_RBD_DISPATCH: /* rows are copies of token rows; weights ride along unused */
+    if (!needs(a, x[0])) return;
+    b = OP1(a, XM_OP_RBD_DISPATCH_GRAD, x[0]->type, dy, op->results[1]);
+    break;
+  case XM_OP_RBD_COMBINE: { /* y, weights, tpe */
+    xm_ir_op_t *g = emit(a, XM_OP_RBD_COMBINE_GRAD, 4, OPS(dy, x[0], x[1], x[2]), 2,
+                         (xm_ir_type_t[]){x[0]->type, x[1]->type});
+    copy_comm_attrs(a, g);
+    contribute(a, x[0], g->results[0]);
+    contribute(a, x[1], g->results[1]);
+    return;
+  }
+  default: XM_ASSERT(!"not a collective with a forward role"); return;
+  }
+  copy_comm_attrs(a, b);
+  contribute(a, x[0], b->results[0]);
+}
+
 /* Differentiates one forward op whose result `r` carries gradient dy
  * (r is 1 for topk_route's weights, else 0). */
 static xm_status_t differentiate(ad_t *a, xm_ir_op_t *op, int pos, xm_ir_value_t *dy) {
@@ -272,6 +335,15 @@ static xm_status_t differentiate(ad_t *a, xm_ir_op_t *op, int pos, xm_ir_value_t
   case XM_OP_TOPK_ROUTE:
   case XM_OP_CROSS_ENTROPY:
   case XM_OP_AUX_LOSS: grad_router_loss(a, op, dy); break;
+  case XM_OP_REPLICATE:
+  case XM_OP_ALL_REDUCE:
+  case XM_OP_NARROW:
+  case XM_OP_ALL_GATHER:
+  case XM_OP_ALL_TO_ALL:
+  case XM_OP_SORT_CHUNKS:
+  case XM_OP_UNSORT_CHUNKS:
+  case XM_OP_RBD_DISPATCH:
+  case XM_OP_RBD_COMBINE: grad_comm(a, op, dy); break;
   default:
     xm_diag_add(a->diag, XM_DIAG_ERROR, NULL, op->loc[0] ? op->loc : NULL,
                 "op %d (%s) lies on the path to the loss but has no backward rule "
@@ -338,7 +410,7 @@ static xm_status_t backward(ad_t *a, xm_ir_op_t *ret, int64_t grad_accum) {
   if (!needs(a, loss)) return XM_OK; /* nothing trainable reaches the loss */
   a->src = ret;
   xm_ir_op_t *seed = OP1(a, XM_OP_CONSTANT, loss->type);
-  xm_ir_op_set_float(a->m, seed, "value", 1.0 / (double)grad_accum);
+  xm_ir_op_set_float(a->m, seed, "value", 1.0 / ((double)grad_accum * (double)a->dp));
   a->grad[loss->id] = seed->results[0];
   for (int i = a->num_fwd - 1; i >= 0; i--) {
     xm_ir_op_t *op = xm_ir_module_op(a->m, i);
@@ -364,7 +436,10 @@ static xm_ir_op_t *routing_bias(const xm_ir_op_t *op) {
 static xm_ir_op_t *permute_of(const ad_t *a, const xm_ir_op_t *topk) {
   for (int i = 0; i < a->num_fwd; i++) {
     xm_ir_op_t *op = xm_ir_module_op(a->m, i);
-    if (op->code == XM_OP_PERMUTE && op->operands[0] == topk->results[0]) return op;
+    if (op->code != XM_OP_PERMUTE) continue;
+    const xm_ir_value_t *e = op->operands[0];
+    if (e->def && e->def->code == XM_OP_NARROW) e = e->def->operands[0]; /* SSMB slice */
+    if (e == topk->results[0]) return op;
   }
   return NULL;
 }
@@ -404,41 +479,158 @@ static int emit_loads(ad_t *a, aux_free_t *out) {
   return n;
 }
 
-/* grad_norm_sq, AdamW per param, zero the grads; then the aux-free bias
- * updates. Params are visited in forward order (deterministic output). */
+/* ---- the step of a sharded module ------------------------------------------ */
+
+/* Size of a named group under the module's layout. */
+static int64_t group_size(const ad_t *a, const char *g) {
+  if (strcmp(g, "dp") == 0) return a->dp;
+  if (strcmp(g, "tp") == 0) return a->tp;
+  if (strcmp(g, "ep") == 0) return a->ep;
+  if (strcmp(g, "edp") == 0) return a->dp * a->tp / a->ep;
+  if (strcmp(g, "world") == 0) return a->dp * a->tp;
+  return 1;
+}
+
+static void set_group(ad_t *a, xm_ir_op_t *op, const char *g) {
+  xm_ir_op_set_string(a->m, op, "group", g);
+  xm_ir_op_set_int(a->m, op, "group_size", group_size(a, g));
+}
+
+/* Calls fn(a, group, arg) for each name of a comma list ("dp,tp"). */
+static void each_group(ad_t *a, const char *list, const char *skip,
+                       void (*fn)(ad_t *, const char *, void *), void *arg) {
+  char buf[64];
+  for (const char *p = list; p && *p;) {
+    const char *c = strchr(p, ',');
+    size_t n = c ? (size_t)(c - p) : strlen(p);
+    if (n > 0 && n < sizeof buf) {
+      memcpy(buf, p, n);
+      buf[n] = '\0';
+      if (!skip || strcmp(buf, skip) != 0) fn(a, buf, arg);
+    }
+    p = c ? c + 1 : NULL;
+  }
+}
+
+static void reduce_state_in(ad_t *a, const char *g, void *state) {
+  xm_ir_op_t *r = emit(a, XM_OP_REDUCE_STATE, 1, OPS((xm_ir_value_t *)state), 0, NULL);
+  set_group(a, r, g);
+}
+
+static void all_reduce_scalar(ad_t *a, const char *g, void *slot) {
+  xm_ir_value_t **v = slot;
+  xm_ir_op_t *r = OP1(a, XM_OP_ALL_REDUCE, (*v)->type, *v);
+  set_group(a, r, g);
+  *v = r->results[0];
+}
+
+/* One parameter's optimizer inputs after the gradient reduction. */
+typedef struct {
+  xm_ir_op_t *param;
+  xm_ir_value_t *grad;  /* the grad state, or its ZeRO-1 chunk */
+  const char *zero;     /* ZeRO-1 group, or NULL */
+  char norm[64];        /* groups its squared norm is summed over */
+} step_param_t;
+
+/* Reduces a parameter's gradient over the groups its attr reduce names
+ * (the ZeRO-1 group by reduce-scatter into a chunk, the others in place). */
+static void reduce_grad(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *g, step_param_t *out) {
+  const char *reduce = xm_ir_op_get_string(op, "reduce", "");
+  const char *zero = xm_ir_op_get_string(op, "zero_group", NULL);
+  if (zero && group_size(a, zero) <= 1) zero = NULL;
+  a->src = op;
+  each_group(a, reduce, zero, reduce_state_in, g);
+  out->param = op;
+  out->grad = g;
+  out->zero = zero;
+  const char *split = xm_ir_op_get_string(op, "split_group", NULL);
+  snprintf(out->norm, sizeof out->norm, "%s%s%s", split ? split : "", split && zero ? "," : "",
+           zero ? zero : "");
+  if (zero) {
+    int64_t n = xm_ir_type_numel(&g->type), p = group_size(a, zero);
+    xm_ir_type_t ct = xm_ir_type_make(XM_DT_F32, 1, (int64_t[]){(n + p - 1) / p});
+    xm_ir_op_t *rs = OP1(a, XM_OP_ZERO_REDUCE_SCATTER, ct, g);
+    set_group(a, rs, zero);
+    out->grad = rs->results[0];
+  }
+}
+
+/* The global squared gradient norm: one partial sum per set of norm
+ * groups (slices and chunks are distinct across those groups, everything
+ * else is replicated), all-reduced over them, then added. */
+static xm_ir_value_t *global_norm_sq(ad_t *a, step_param_t *sp, int n) {
+  xm_ir_value_t *total = NULL, **grads = calloc((size_t)n + 1, sizeof *grads);
+  bool *done = calloc((size_t)n + 1, sizeof *done);
+  XM_ASSERT(grads && done);
+  xm_ir_type_t scalar = xm_ir_type_make(XM_DT_F32, 0, NULL);
+  a->src = NULL;
+  for (int i = 0; i < n; i++) {
+    if (done[i]) continue;
+    int ng = 0;
+    for (int j = i; j < n; j++)
+      if (!done[j] && strcmp(sp[j].norm, sp[i].norm) == 0) {
+        grads[ng++] = sp[j].grad;
+        done[j] = true;
+      }
+    xm_ir_value_t *part = emit1(a, XM_OP_GRAD_NORM_SQ, ng, grads, scalar);
+    each_group(a, sp[i].norm, NULL, all_reduce_scalar, &part);
+    total = total ? emit1(a, XM_OP_ADD, 2, OPS(total, part), scalar) : part;
+  }
+  free(grads);
+  free(done);
+  return total;
+}
+
+/* Gradient reduction, grad_norm_sq, AdamW per param (on its ZeRO-1 chunk,
+ * then the all-gather of the param), zero the grads; then the aux-free bias
+ * updates on the loads summed over the token-parallel ranks. Params are
+ * visited in forward order (deterministic output). */
 static void emit_step(ad_t *a, const aux_free_t *af, int num_af, double gamma) {
   a->phase = "step";
   int ng = 0;
-  xm_ir_value_t **grads = calloc((size_t)a->num_fwd + 1, sizeof *grads);
-  XM_ASSERT(grads != NULL);
+  step_param_t *sp = calloc((size_t)a->num_fwd + 1, sizeof *sp);
+  XM_ASSERT(sp != NULL);
   for (int i = 0; i < a->num_fwd; i++) {
     xm_ir_op_t *op = xm_ir_module_op(a->m, i);
     if (op->code == XM_OP_PARAM && a->state[op->results[0]->id])
-      grads[ng++] = a->state[op->results[0]->id];
+      reduce_grad(a, op, a->state[op->results[0]->id], &sp[ng++]);
   }
   if (ng > 0) {
-    a->src = NULL;
-    xm_ir_value_t *ns =
-        emit1(a, XM_OP_GRAD_NORM_SQ, ng, grads, xm_ir_type_make(XM_DT_F32, 0, NULL));
-    for (int i = 0; i < a->num_fwd; i++) {
-      xm_ir_op_t *op = xm_ir_module_op(a->m, i);
-      xm_ir_value_t *p = op->results[0], *g;
-      if (op->code != XM_OP_PARAM || !(g = a->state[p->id])) continue;
+    xm_ir_value_t *ns = global_norm_sq(a, sp, ng);
+    for (int i = 0; i < ng; i++) {
+      xm_ir_op_t *op = sp[i].param;
+      xm_ir_value_t *p = op->results[0];
       a->src = op;
       const char *name = xm_ir_op_get_string(op, "name", "param");
-      xm_ir_value_t *mo = emit_state(a, name, ".exp_avg", "adam_m", p->type);
-      xm_ir_value_t *vo = emit_state(a, name, ".exp_avg_sq", "adam_v", p->type);
-      xm_ir_op_t *ad = emit(a, XM_OP_ADAMW, 5, OPS(p, g, mo, vo, ns), 0, NULL);
+      xm_ir_type_t st = sp[i].zero ? sp[i].grad->type : p->type;
+      xm_ir_value_t *mo = emit_state(a, name, ".exp_avg", "adam_m", st);
+      xm_ir_value_t *vo = emit_state(a, name, ".exp_avg_sq", "adam_v", st);
+      if (sp[i].zero) {
+        xm_ir_op_set_string(a->m, mo->def, "chunk_group", sp[i].zero);
+        xm_ir_op_set_string(a->m, vo->def, "chunk_group", sp[i].zero);
+      }
+      xm_ir_op_t *ad = emit(a, XM_OP_ADAMW, 5, OPS(p, sp[i].grad, mo, vo, ns), 0, NULL);
       xm_ir_op_set_bool(a->m, ad, "decay", p->type.rank >= 2);
+      if (sp[i].zero) {
+        set_group(a, ad, sp[i].zero);
+        xm_ir_op_t *ga = emit(a, XM_OP_ZERO_GATHER, 1, OPS(p), 0, NULL);
+        set_group(a, ga, sp[i].zero);
+      }
     }
     for (int i = 0; i < ng; i++) {
-      a->src = grads[i]->def;
-      emit(a, XM_OP_ZERO, 1, OPS(grads[i]), 0, NULL);
+      xm_ir_value_t *g = a->state[sp[i].param->results[0]->id];
+      a->src = g->def;
+      emit(a, XM_OP_ZERO, 1, OPS(g), 0, NULL);
     }
   }
-  free(grads);
+  free(sp);
+  const xm_ir_attr_t *lr = NULL;
+  for (int i = 0; i < xm_ir_module_num_attrs(a->m); i++)
+    if (strcmp(xm_ir_module_attr(a->m, i)->key, "load_reduce") == 0)
+      lr = xm_ir_module_attr(a->m, i);
   for (int i = 0; i < num_af; i++) {
     a->src = af[i].src;
+    if (lr && lr->kind == XM_ATTR_STRING) each_group(a, lr->s, NULL, reduce_state_in, af[i].load);
     xm_ir_op_t *up = emit(a, XM_OP_AUX_FREE_UPDATE, 2, OPS(af[i].bias, af[i].load), 0, NULL);
     xm_ir_op_set_float(a->m, up, "gamma", gamma);
     emit(a, XM_OP_ZERO, 1, OPS(af[i].load), 0, NULL);
@@ -544,6 +736,10 @@ static xm_status_t autodiff_run(xm_ir_module_t *m, const xm_pass_options_t *opti
   XM_RETURN_IF_ERROR(check_input(m, diag));
   int n = xm_ir_module_num_ops(m);
   ad_t a = {.m = m, .diag = diag, .num_fwd = n - 1, .num_vals = xm_ir_module_num_values(m)};
+  const xm_ir_attr_t *pa;
+  a.dp = (pa = module_attr(m, "par_dp")) && pa->kind == XM_ATTR_INT && pa->i > 0 ? pa->i : 1;
+  a.tp = (pa = module_attr(m, "par_tp")) && pa->kind == XM_ATTR_INT && pa->i > 0 ? pa->i : 1;
+  a.ep = (pa = module_attr(m, "par_ep")) && pa->kind == XM_ATTR_INT && pa->i > 0 ? pa->i : 1;
   size_t nv = (size_t)a.num_vals + 1;
   a.needs = calloc(nv, sizeof *a.needs);
   a.grad = calloc(nv, sizeof *a.grad);

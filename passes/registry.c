@@ -15,6 +15,7 @@ extern const xm_pass_info_t xm_pass_shape_infer;
 extern const xm_pass_info_t xm_pass_strip_locations;
 extern const xm_pass_info_t xm_pass_plan_memory;
 extern const xm_pass_info_t xm_pass_schedule;
+extern const xm_pass_info_t xm_pass_shard;
 
 static const xm_pass_info_t *const k_passes[] = {
     &xm_pass_autodiff,        /* backward graph + optimizer step */
@@ -24,6 +25,7 @@ static const xm_pass_info_t *const k_passes[] = {
     &xm_pass_strip_locations, /* every loc set to "" */
     &xm_pass_plan_memory,     /* liveness -> offsets in the arenas */
     &xm_pass_schedule,        /* micro/step op order checked and recorded */
+    &xm_pass_shard,           /* global graph -> per-rank SPMD graph */
 };
 
 enum { k_num_passes = (int)(sizeof k_passes / sizeof k_passes[0]) };

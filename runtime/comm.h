@@ -40,29 +40,12 @@
 #include <stdio.h>
 
 #include "runtime/context.h"
+#include "runtime/groups.h"
 #include "support/diag.h"
 #include "support/status.h"
 #include "support/strbuf.h"
 
-typedef enum {
-  XM_RT_GROUP_WORLD, /* every rank */
-  XM_RT_GROUP_DP,    /* same tp index: dense-parameter gradient reduction, ZeRO-1 */
-  XM_RT_GROUP_TP,    /* consecutive tp ranks: attention and dense blocks */
-  XM_RT_GROUP_EP,    /* consecutive ep token-parallel ranks: expert all-to-all */
-  XM_RT_GROUP_EDP,   /* strided by ep: expert-parameter gradient reduction */
-  XM_RT_GROUP_NODE,  /* ranks of one node: RBD's intra-node stage */
-  XM_RT_GROUP_COUNT
-} xm_rt_group_kind_t;
-
-typedef enum {
-  XM_RT_PHASE_DISPATCH,
-  XM_RT_PHASE_COMBINE,
-  XM_RT_PHASE_ALL_REDUCE,
-  XM_RT_PHASE_ALL_GATHER,
-  XM_RT_PHASE_REDUCE_SCATTER,
-  XM_RT_PHASE_OTHER,
-  XM_RT_PHASE_COUNT
-} xm_rt_phase_t;
+/* xm_rt_group_kind_t and xm_rt_phase_t live in runtime/groups.h (no MPI). */
 
 /* The parallel layout. world and ranks_per_node may be 0 in the argument of
  * xm_rt_comm_create: they are then taken from the context. */

@@ -232,6 +232,7 @@ static void for_spans(ew_span_fn fn, const ew_t *a, int64_t total, int64_t par_m
  * rows of nb (no modulo in the inner loop) cut into chunks, so that one
  * long row (no broadcast, the common case) still splits over the threads. */
 static void add_mul(const float *a, const float *b, float *y, int64_t na, int64_t nb, int mul) {
+  if (na == 0 && nb == 0) return; /* no routed rows arrived on this rank */
   XM_ASSERT(nb > 0 && na % nb == 0);
   int64_t rows = na / nb, chunks = (nb + XM_K_CHUNK - 1) / XM_K_CHUNK;
 #pragma omp parallel for collapse(2) if (na >= XM_K_PAR_MIN) schedule(static)

@@ -6,7 +6,9 @@
  * an expert over capacity), the row gather into the expert-sorted buffer,
  * grouped GEMMs over the variable-size expert groups and the weighted
  * scatter back to tokens, plus the aux load-balancing loss. Every backward
- * kernel sits next to its forward one.
+ * kernel sits next to its forward one. Multi-rank expert parallelism adds
+ * the chunk sort between the all-to-all's (member, local expert) row order
+ * and the grouped GEMMs' expert-major order, and its inverse.
  *
  * Accumulations into token rows (gather backward, scatter forward) never use
  * atomics: each thread owns a contiguous range of tokens and scans all rows,
@@ -469,6 +471,61 @@ void xm_k_grouped_matmul_dw_acc(const float *dy, const float *x, const int32_t *
                                 int64_t E, int64_t K, int64_t M) {
   group_args_t g = {GROUP_DW, dy, x, dw, K, M, 1.0f};
   grouped(&g, tpe, E);
+}
+
+/* ---- chunk sort around the expert all-to-all ----------------------------- */
+
+/* The rows an all-to-all delivers are grouped by source member p and, inside,
+ * by this rank's local expert l (blocks (p, l), counts[p*L + l] rows each);
+ * the grouped GEMMs want them expert-major (blocks (l, p)). Every block is
+ * contiguous on both sides, so the permutation is one memcpy per block. The
+ * offsets are recomputed per expert instead of kept in a table, so the
+ * kernel allocates nothing: O(P L^2) integer adds, nothing next to the rows.
+ * Experts are independent, so they go to different threads when the rows
+ * are many. Negative counts (never produced by exchange_counts) count as 0. */
+static int64_t chunk_count(const int32_t *counts, int64_t i) {
+  return counts[i] > 0 ? counts[i] : 0;
+}
+
+static void chunk_permute(const float *x, const int32_t *counts, int64_t P, int64_t L,
+                          int64_t width, float *y, int to_expert_major) {
+  if (P <= 0 || L <= 0 || width <= 0) return;
+  int64_t rows = 0;
+  for (int64_t i = 0; i < P * L; i++)
+    rows += chunk_count(counts, i);
+#pragma omp parallel for schedule(dynamic, 1) if (rows * width > XM_K_PAR_MIN && L > 1)
+  for (int64_t l = 0; l < L; l++) {
+    /* expert-major offset of block (l, 0): all rows of experts before l */
+    int64_t em = 0;
+    for (int64_t p = 0; p < P; p++)
+      for (int64_t j = 0; j < l; j++)
+        em += chunk_count(counts, p * L + j);
+    int64_t mm = 0; /* member-major offset of block (p, 0) */
+    for (int64_t p = 0; p < P; p++) {
+      int64_t in_row = mm;
+      for (int64_t j = 0; j < l; j++)
+        in_row += chunk_count(counts, p * L + j);
+      int64_t n = chunk_count(counts, p * L + l);
+      if (n > 0) {
+        const float *src = x + (to_expert_major ? in_row : em) * width;
+        float *dst = y + (to_expert_major ? em : in_row) * width;
+        memcpy(dst, src, sizeof(float) * (size_t)(n * width));
+      }
+      em += n;
+      for (int64_t j = 0; j < L; j++)
+        mm += chunk_count(counts, p * L + j);
+    }
+  }
+}
+
+void xm_k_sort_chunks(const float *x, const int32_t *counts, int64_t P, int64_t L, int64_t width,
+                      float *y) {
+  chunk_permute(x, counts, P, L, width, y, 1);
+}
+
+void xm_k_unsort_chunks(const float *x, const int32_t *counts, int64_t P, int64_t L,
+                        int64_t width, float *y) {
+  chunk_permute(x, counts, P, L, width, y, 0);
 }
 
 /* ---- aux load-balancing loss --------------------------------------------- */

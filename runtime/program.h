@@ -47,6 +47,16 @@ typedef struct {
   float init_std;
   int trainable;        /* params: updated by the optimizer */
   int param;            /* states: index of the param they belong to, else -1 */
+  /* Sharding (multi-rank programs; all 0 for a tensor every rank holds
+   * whole). split_group (xm_rt_group_kind_t + 1, 0 = not split): dim
+   * split_dim of the full tensor is cut into group-size equal slices and
+   * this rank holds slice number group index; dims above are the slice's.
+   * chunk_group (xm_rt_group_kind_t + 1, 0 = none): a ZeRO-1 optimizer
+   * state holding this rank's chunk (runtime/spmd.h xm_rt_chunk) of the
+   * flattened (slice of the) param `param`; its dims are {c}. */
+  int split_group;
+  int split_dim;
+  int chunk_group;
 } xm_rt_tensor_t;
 
 typedef struct xm_rt_exec xm_rt_exec_t;
@@ -62,6 +72,10 @@ typedef struct {
   int64_t warmup_steps, train_steps;
   int lr_schedule;            /* 0 cosine, 1 constant, 2 linear (xm_lr_schedule_t) */
   uint64_t seed;
+  /* parallel layout the schedule was compiled for (0 read as 1; out/train
+   * refuses to run on a world size other than dp*tp). ranks_per_node 0:
+   * unknown at compile time (the run decides). */
+  int dp, tp, ep, ssmb, rbd, zero, ranks_per_node;
   /* memory */
   int64_t persistent_bytes, activation_bytes;
   int64_t category_bytes[XM_RT_CAT_COUNT_]; /* peak per category */
@@ -87,6 +101,8 @@ struct xm_rt_exec {
   float beta1, beta2, adam_eps, weight_decay, grad_clip;
   float grad_scale;           /* set by the step function: the clip coefficient */
   double grad_norm;           /* set by the step function: global norm before clipping */
+  void *comm;                 /* xm_rt_comm_t * (runtime/comm.h) of a multi-rank run, else NULL */
+  void *rbd;                  /* RBD routing records between forward and backward (runtime/rbd_exec.h) */
 };
 
 /* The program a generated out/program.c defines. */

@@ -80,6 +80,7 @@ static void write_log(FILE *log, const xm_rt_step_report_t *r) {
   xm_rt_put_json_number(&b, r->tokens_per_s);
   xm_strbuf_puts(&b, ",\"elapsed_s\":");
   xm_rt_put_json_number(&b, r->elapsed_s);
+  if (r->traffic && r->traffic[0]) xm_strbuf_printf(&b, ",%s", r->traffic);
   xm_strbuf_puts(&b, "}\n");
   fputs(xm_strbuf_cstr(&b), log);
   fflush(log);

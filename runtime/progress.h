@@ -3,7 +3,8 @@
  *
  * Three outputs, all written by rank 0 only: a live progress line rewritten
  * in place on a terminal (or one plain line every ~5% of the run when stderr
- * is a file or pipe), the --log file with one JSON object per step, flushed
+ * is a file or pipe), the --log file with one JSON object per step (with
+ * the step's communication traffic when the driver has it), flushed
  * after each so that `tail -f` and a crashed run both see every completed
  * step, and the formatting helpers of the final summary.
  */
@@ -23,6 +24,8 @@ typedef struct {
   int64_t tokens;      /* trained so far, resumed steps included */
   double tokens_per_s; /* over this run */
   double elapsed_s;    /* since this run's first step began */
+  const char *traffic; /* the step's "traffic":{...} member (docs/traffic.md), or NULL;
+                          borrowed */
 } xm_rt_step_report_t;
 
 typedef struct {

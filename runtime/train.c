@@ -15,9 +15,17 @@
  * with the optimizer state, so a run resumed from step k reproduces the
  * uninterrupted run bit for bit.
  *
- * Nothing here assumes one rank. For now every rank reads the same windows
- * (the program's tensor table does not yet say how ranks share a batch);
- * reported losses are averaged over ranks.
+ * Ranks. The program says which layout it was compiled for (dp, tp, ep,
+ * ZeRO-1, ranks per node) and which of its tensors are slices or ZeRO-1
+ * chunks; the driver refuses any other world size, builds the
+ * communicator (runtime/comm.h) the generated collectives use, and keeps
+ * everything a user sees layout-independent: the data position counts
+ * global windows (DP group d reads its share of each step's windows, the
+ * TP ranks of a group the same ones), parameters get the values a 1-rank
+ * run gives the same elements, and checkpoints hold whole tensors
+ * (runtime/shard_io.h), so a run saved under one layout resumes under any
+ * other. Reported losses are averaged over ranks; per-step traffic comes
+ * from the communicator's counters.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "runtime/train.h"
@@ -36,9 +44,11 @@
 #include <unistd.h>
 
 #include "runtime/checkpoint.h"
+#include "runtime/comm.h"
 #include "runtime/data.h"
 #include "runtime/progress.h"
 #include "runtime/rng.h"
+#include "runtime/shard_io.h"
 #include "runtime/train_flags.h"
 #include "support/strbuf.h"
 
@@ -61,6 +71,14 @@ typedef struct {
   double elapsed, tokens_per_s;
   double eval_loss;
   int64_t eval_batches;
+  /* the parallel layout (program values, 0 read as 1) */
+  int dp, tp, ep;
+  int dp_index;               /* this rank's DP group index: rank / tp */
+  xm_rt_comm_t *comm;         /* owned; NULL until MPI is up */
+  xm_rt_rank_coords_t coords; /* this rank's place in every group */
+  xm_rt_full_view_t view;     /* whole tensors, when sharded */
+  int sharded;                /* the program has split or chunked tensors */
+  char *last_traffic;         /* owned: the last step's "traffic":{...} member */
 } trainer_t;
 
 /* ---- before MPI ----------------------------------------------------------- */
@@ -114,6 +132,8 @@ static xm_status_t check_program(const xm_rt_program_t *p, const char *prog) {
     why = "non-positive vocab, seq_len, micro_batch or grad_accum";
   else if (!p->micro || !p->step)
     why = "missing micro or step function";
+  else if (p->dp < 0 || p->tp < 0 || p->ep < 0 || p->ranks_per_node < 0)
+    why = "negative parallel degree (dp, tp, ep or ranks_per_node)";
   else if (p->num_tensors < 0 || (p->num_tensors > 0 && !p->tensors))
     why = "no tensor table";
   else if (!tensor_ok(p, p->tokens, XM_RT_I32, in_bytes) ||
@@ -284,84 +304,63 @@ static xm_status_t setup_exec(trainer_t *t) {
   return XM_OK;
 }
 
+/* The layout the program was compiled for against the world it runs on,
+ * then the communicator and, for a sharded program, the full view that
+ * checkpoints read and write. Every check here gives the same answer on
+ * every rank (same program, same world), so ranks fail together. */
+static xm_status_t setup_comm(trainer_t *t) {
+  const xm_rt_program_t *p = t->p;
+  t->dp = p->dp > 0 ? p->dp : 1;
+  t->tp = p->tp > 0 ? p->tp : 1;
+  t->ep = p->ep > 0 ? p->ep : 1;
+  int64_t need = (int64_t)t->dp * t->tp;
+  if (need != t->ctx.world) {
+    if (t->ctx.rank == 0)
+      fprintf(stderr,
+              "%s: error: the program was compiled for dp %d x tp %d = %" PRId64
+              " ranks, but it runs on %d rank%s (mpirun -np %" PRId64 ", or compile for %d)\n",
+              t->prog, t->dp, t->tp, need, t->ctx.world, t->ctx.world == 1 ? "" : "s", need,
+              t->ctx.world);
+    return XM_ERR_INVALID_INPUT;
+  }
+  xm_rt_comm_layout_t layout = {t->dp, t->tp, t->ep, t->ctx.world,
+                                p->ranks_per_node > 0 ? p->ranks_per_node : 0};
+  xm_diag_t diag;
+  xm_diag_init(&diag);
+  xm_status_t st = xm_rt_comm_create(&t->ctx, &layout, &diag, &t->comm);
+  if (st == XM_OK) st = xm_rt_rank_coords(&t->comm->layout, t->ctx.rank, &t->coords);
+  if (st == XM_OK) {
+    t->dp_index = xm_rt_comm_group(t->comm, XM_RT_GROUP_DP)->index;
+    t->sharded = xm_rt_program_is_sharded(p);
+    if (t->sharded) st = xm_rt_full_view_create(p, &t->coords, &diag, &t->view);
+  }
+  if (st != XM_OK && t->ctx.rank == 0) {
+    for (int i = 0; i < diag.count; i++)
+      fprintf(stderr, "%s: error: %s%s%s\n", t->prog,
+              diag.entries[i].place ? diag.entries[i].place : "", diag.entries[i].place ? ": " : "",
+              diag.entries[i].message);
+  }
+  xm_diag_free(&diag);
+  return agree(t, st);
+}
+
 /* ---- parameter initialisation ---------------------------------------------- */
 
-typedef struct {
-  float *ptr;
-  int64_t n;
-  char *name; /* owned: the stream name */
-  int init;
-  float std;
-} init_unit_t;
-
-/* `name` with every "{e}" replaced by the expert index. */
-static char *expert_name(const char *name, int64_t e) {
-  xm_strbuf_t b;
-  xm_strbuf_init(&b);
-  for (const char *s = name; *s;) {
-    if (strncmp(s, "{e}", 3) == 0) {
-      xm_strbuf_printf(&b, "%" PRId64, e);
-      s += 3;
-    } else {
-      xm_strbuf_append(&b, s++, 1);
-    }
-  }
-  return xm_strbuf_take(&b);
+/* The values a 1-rank run gives the full tensors, sliced to this rank's
+ * pieces (runtime/shard_io.h); then the run's own stream. */
+static xm_status_t init_params(trainer_t *t) {
+  xm_diag_t diag;
+  xm_diag_init(&diag);
+  xm_status_t st = xm_rt_shard_init_params(t->p, &t->coords, t->o.seed, t->x.persist, &diag);
+  if (st != XM_OK) xm_diag_print(&diag, stderr);
+  xm_diag_free(&diag);
+  xm_rt_rng_seed_named(&t->rng, t->o.seed, "train");
+  return agree(t, st);
 }
 
-/* One unit per parameter, or per expert of a stacked [E, ...] parameter,
- * so that each expert's values depend only on (seed, its own name). */
-static init_unit_t *init_units(const trainer_t *t, int64_t *out_n) {
-  const xm_rt_program_t *p = t->p;
-  int64_t n = 0, cap = 0;
-  init_unit_t *u = NULL;
-  for (int i = 0; i < p->num_tensors; i++) {
-    const xm_rt_tensor_t *d = &p->tensors[i];
-    if (d->category != XM_RT_CAT_WEIGHTS || d->dtype != XM_RT_F32 || !d->name) continue;
-    int stacked = strstr(d->name, "{e}") != NULL && d->rank >= 1 && d->dims[0] > 0;
-    int64_t parts = stacked ? d->dims[0] : 1, per = tensor_numel(d) / parts;
-    for (int64_t e = 0; e < parts; e++) {
-      if (n == cap) {
-        cap = cap ? 2 * cap : 64;
-        init_unit_t *grown = realloc(u, (size_t)cap * sizeof *u);
-        XM_ASSERT(grown);
-        u = grown;
-      }
-      u[n].ptr = (float *)tensor_ptr(t, i) + e * per;
-      u[n].n = per;
-      u[n].name = stacked ? expert_name(d->name, e) : strdup(d->name);
-      u[n].init = d->init;
-      u[n].std = d->init_std;
-      n++;
-    }
-  }
-  *out_n = n;
-  return u;
-}
-
-static void init_params(trainer_t *t) {
-  int64_t n = 0;
-  init_unit_t *u = init_units(t, &n);
-  uint64_t seed = t->o.seed;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t k = 0; k < n; k++) {
-    if (u[k].init == XM_RT_INIT_NORMAL) {
-      xm_rt_rng_t r;
-      xm_rt_rng_seed_named(&r, seed, u[k].name);
-      xm_rt_rng_fill_normal(&r, u[k].ptr, u[k].n, 0.0, u[k].std);
-    } else {
-      float v = u[k].init == XM_RT_INIT_ONES ? 1.0f : 0.0f;
-      for (int64_t i = 0; i < u[k].n; i++)
-        u[k].ptr[i] = v;
-    }
-  }
-  for (int64_t k = 0; k < n; k++)
-    free(u[k].name);
-  free(u);
-  xm_rt_rng_seed_named(&t->rng, seed, "train");
-}
-
-static int64_t count_params(const xm_rt_program_t *p) {
+/* Elements of all params: of the full model when the program is sharded. */
+static int64_t count_params(const trainer_t *t) {
+  const xm_rt_program_t *p = t->sharded ? &t->view.program : t->p;
   int64_t n = 0;
   for (int i = 0; i < p->num_tensors; i++)
     if (p->tensors[i].category == XM_RT_CAT_WEIGHTS) n += tensor_numel(&p->tensors[i]);
@@ -428,10 +427,11 @@ static xm_status_t save_checkpoint(trainer_t *t) {
   fill_train_state(t, &ts);
   xm_diag_t diag;
   xm_diag_init(&diag);
-  st = xm_rt_checkpoint_save(&t->x, path, &ts, true, &diag);
-  if (st != XM_OK) xm_diag_print(&diag, stderr);
+  /* Collective: whole tensors gathered to rank 0, which writes them. */
+  st = xm_rt_shard_checkpoint_save(&t->x, t->comm, t->sharded ? &t->view : NULL, path, &ts, true,
+                                   &diag);
+  if (diag.count) xm_diag_print(&diag, stderr);
   xm_diag_free(&diag);
-  st = agree(t, st);
   if (st == XM_OK && t->ctx.rank == 0) st = write_latest(dir, name, t->prog);
   st = agree(t, st);
   if (st == XM_OK) {
@@ -449,13 +449,15 @@ static xm_status_t load_checkpoint(trainer_t *t) {
   memset(&ts, 0, sizeof ts);
   xm_diag_t diag;
   xm_diag_init(&diag);
-  xm_status_t st = xm_rt_checkpoint_load(&t->x, t->resume_path, !t->o.eval, &ts, &diag);
-  if (st != XM_OK)
-    xm_diag_print(&diag, stderr);
-  else if (t->ctx.rank == 0)
-    xm_diag_print(&diag, stderr); /* warnings */
+  /* Collective: every rank reads the whole tensors and keeps its pieces;
+   * the status is the same on every rank. Rank 0 prints its warnings,
+   * any rank its errors. */
+  xm_status_t st =
+      xm_rt_shard_checkpoint_load(&t->x, t->comm, &t->coords, t->sharded ? &t->view : NULL,
+                                  t->resume_path, !t->o.eval, &ts, &diag);
+  if (t->ctx.rank == 0 || xm_diag_error_count(&diag) > 0) xm_diag_print(&diag, stderr);
   xm_diag_free(&diag);
-  XM_RETURN_IF_ERROR(agree(t, st));
+  XM_RETURN_IF_ERROR(st);
   if (ts.step < 0 || ts.data_pos < 0) {
     fprintf(stderr,
             "%s: error: %s: bad trainer state (step %" PRId64 ", data position %" PRId64 ")\n",
@@ -513,7 +515,12 @@ static void reduce_mean(const trainer_t *t, double *v, int n) {
 
 /* Mean cross-entropy over `requested` batches of the evaluation split (0:
  * all of it). Batches never overlap; when the split is smaller than asked,
- * all of it is used and rank 0 says so. */
+ * all of it is used and rank 0 says so. DP group d takes batches d, d + dp,
+ * d + 2 dp, ... (its TP ranks the same ones); every rank runs the same
+ * number of micro-batches, because the schedule's collectives need every
+ * member, and a group short of batches repeats one without counting it.
+ * The loss is the sum over counted batches divided by their number, each
+ * batch having the same tokens: the 1-rank loss over the same windows. */
 static xm_status_t run_eval(trainer_t *t, int64_t requested) {
   const xm_rt_program_t *p = t->p;
   int64_t avail = xm_rt_data_eval_windows(t->data), mb = p->micro_batch;
@@ -537,15 +544,21 @@ static xm_status_t run_eval(trainer_t *t, int64_t requested) {
   }
   t->x.step = t->step > 0 ? t->step : 1;
   t->x.lr = 0.0f;
-  double ce = 0.0;
-  for (int64_t b = 0; b < n; b++) {
-    fill_inputs(t, 1, b * mb);
+  double sums[2] = {0.0, 0.0}; /* ce over counted batches, counted batches */
+  int64_t rounds = (n + t->dp - 1) / t->dp;
+  for (int64_t r = 0; r < rounds; r++) {
+    int64_t b = r * t->dp + t->dp_index;
+    fill_inputs(t, 1, (b < n ? b : b % n) * mb);
     p->micro(&t->x);
-    ce += read_f32(t, p->ce_loss);
+    if (b < n) {
+      sums[0] += read_f32(t, p->ce_loss);
+      sums[1] += 1.0;
+    }
     zero_accumulators(t);
   }
-  ce /= (double)n;
-  reduce_mean(t, &ce, 1);
+  if (t->ctx.world > 1)
+    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, t->ctx.world_comm);
+  double ce = sums[1] > 0 ? sums[0] / sums[1] : NAN;
   if (!isfinite(ce)) {
     fprintf(stderr, "%s: rank %d: error: the evaluation loss is %g (not finite)\n", t->prog,
             t->ctx.rank, ce);
@@ -581,20 +594,24 @@ static void print_eval(const trainer_t *t) {
 
 /* ---- training ------------------------------------------------------------------ */
 
-/* One optimizer step: grad_accum micro-batches on consecutive training
- * windows, then the program's step. Returns the mean losses of this rank. */
+/* One optimizer step: grad_accum micro-batches, then the program's step.
+ * The step consumes micro_batch * grad_accum * dp consecutive windows from
+ * data_pos (a global position): DP group d takes micro-batches
+ * d * grad_accum .. (d + 1) * grad_accum - 1 of them, its TP ranks alike.
+ * With dp 1 this is the 1-rank order. Returns the mean losses of this rank. */
 static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double *ce) {
   const xm_rt_program_t *p = t->p;
   t->x.lr = (float)lr;
   t->x.step = s;
   double sum = 0.0, sum_ce = 0.0;
+  int64_t mine = t->data_pos + (int64_t)t->dp_index * p->grad_accum * p->micro_batch;
   for (int64_t m = 0; m < p->grad_accum; m++) {
-    fill_inputs(t, 0, t->data_pos);
-    t->data_pos += p->micro_batch;
+    fill_inputs(t, 0, mine + m * p->micro_batch);
     p->micro(&t->x);
     sum += read_f32(t, p->loss);
     sum_ce += read_f32(t, p->ce_loss);
   }
+  t->data_pos += p->micro_batch * p->grad_accum * t->dp;
   *loss = sum / (double)p->grad_accum;
   *ce = sum_ce / (double)p->grad_accum;
   if (!isfinite(*loss))
@@ -609,9 +626,48 @@ static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double 
   p->step(&t->x);
 }
 
+/* Opens the --traffic file on rank 0 (appended to when resuming, like the
+ * log); the status is agreed on. */
+static xm_status_t open_traffic(trainer_t *t, FILE **out) {
+  *out = NULL;
+  xm_status_t st = XM_OK;
+  if (t->o.traffic && t->ctx.rank == 0) {
+    *out = fopen(t->o.traffic, t->o.resume ? "a" : "w");
+    if (!*out) {
+      fprintf(stderr, "%s: error: %s: cannot open the traffic file: %s\n", t->prog, t->o.traffic,
+              strerror(errno));
+      st = XM_ERR_IO;
+    }
+  }
+  return agree(t, st);
+}
+
+/* Collective: the step's traffic summed to rank 0, which keeps its JSON
+ * member for the log and the summary and writes the matrix lines. */
+static xm_status_t report_traffic(trainer_t *t, int64_t s, FILE *matrix) {
+  xm_strbuf_t json;
+  xm_strbuf_init(&json);
+  xm_diag_t diag;
+  xm_diag_init(&diag);
+  xm_status_t st =
+      xm_rt_comm_traffic_report(t->comm, s, t->o.traffic != NULL, matrix, &diag, NULL, &json);
+  if (st != XM_OK && t->ctx.rank == 0) {
+    fprintf(stderr, "%s: error: %s: ", t->prog, t->o.traffic ? t->o.traffic : "traffic");
+    for (int i = 0; i < diag.count; i++)
+      fprintf(stderr, "%s%s", i ? "; " : "", diag.entries[i].message);
+    fprintf(stderr, "\n");
+  }
+  xm_diag_free(&diag);
+  free(t->last_traffic);
+  t->last_traffic = t->ctx.rank == 0 && json.len ? xm_strbuf_take(&json) : NULL;
+  xm_strbuf_free(&json);
+  return st;
+}
+
 static xm_status_t train_loop(trainer_t *t) {
   const xm_rt_program_t *p = t->p;
-  int64_t per_step = p->grad_accum * p->micro_batch * p->seq_len, first = t->step + 1;
+  /* tokens of one optimizer step over all DP groups */
+  int64_t per_step = p->grad_accum * p->micro_batch * p->seq_len * t->dp, first = t->step + 1;
   xm_rt_progress_t pr;
   xm_rt_progress_init(&pr, t->ctx.rank, t->o.progress, t->o.quiet, first, t->o.steps, stderr);
   xm_status_t st = XM_OK;
@@ -623,31 +679,53 @@ static xm_status_t train_loop(trainer_t *t) {
     xm_diag_free(&diag);
   }
   XM_RETURN_IF_ERROR(agree(t, st));
+  FILE *matrix = NULL;
+  st = open_traffic(t, &matrix);
+  if (st != XM_OK) {
+    xm_rt_progress_finish(&pr);
+    return st;
+  }
   double t0 = xm_rt_now();
   for (int64_t s = first; s <= t->o.steps && st == XM_OK; s++) {
     double lr = xm_rt_train_lr(&t->o, s), v[2];
+    xm_rt_comm_traffic_reset(t->comm);
     train_step(t, s, lr, &v[0], &v[1]);
     reduce_mean(t, v, 2);
+    st = report_traffic(t, s, matrix);
     t->step = s;
     t->last_loss = v[0];
     t->last_ce = v[1];
     t->elapsed = xm_rt_now() - t0;
     t->tokens_per_s = t->elapsed > 0 ? (double)((s - first + 1) * per_step) / t->elapsed : 0.0;
-    xm_rt_step_report_t r = {
-        s, v[0], v[1], lr, t->x.grad_norm, s * per_step, t->tokens_per_s, t->elapsed};
+    xm_rt_step_report_t r = {.step = s,
+                             .loss = v[0],
+                             .ce_loss = v[1],
+                             .lr = lr,
+                             .grad_norm = t->x.grad_norm,
+                             .tokens = s * per_step,
+                             .tokens_per_s = t->tokens_per_s,
+                             .elapsed_s = t->elapsed,
+                             .traffic = t->last_traffic};
     xm_rt_progress_step(&pr, &r);
-    if (t->o.save_every && s % t->o.save_every == 0) st = save_checkpoint(t);
+    if (st == XM_OK && t->o.save_every && s % t->o.save_every == 0) st = save_checkpoint(t);
   }
   if (st == XM_OK && t->o.ckpt_dir && t->last_saved != t->step) st = save_checkpoint(t);
   xm_rt_progress_finish(&pr);
-  return st;
+  xm_status_t closed = XM_OK;
+  if (matrix && fclose(matrix) != 0) {
+    fprintf(stderr, "%s: error: %s: cannot write the traffic file: %s\n", t->prog, t->o.traffic,
+            strerror(errno));
+    closed = XM_ERR_IO;
+  }
+  closed = agree(t, closed);
+  return st != XM_OK ? st : closed;
 }
 
 static void print_summary(const trainer_t *t, int64_t first) {
   if (t->ctx.rank != 0) return;
   int64_t steps = t->step - first + 1;
   if (steps < 0) steps = 0;
-  int64_t tokens = steps * t->p->grad_accum * t->p->micro_batch * t->p->seq_len;
+  int64_t tokens = steps * t->p->grad_accum * t->p->micro_batch * t->p->seq_len * t->dp;
   if (t->o.json) {
     xm_strbuf_t b;
     xm_strbuf_init(&b);
@@ -673,6 +751,7 @@ static void print_summary(const trainer_t *t, int64_t first) {
       xm_strbuf_puts(&b, ",\"eval_loss\":");
       xm_rt_put_json_number(&b, t->eval_loss);
     }
+    if (t->last_traffic) xm_strbuf_printf(&b, ",%s", t->last_traffic); /* the last step's */
     xm_strbuf_puts(&b, "}\n");
     fputs(xm_strbuf_cstr(&b), stdout);
     xm_strbuf_free(&b);
@@ -697,14 +776,18 @@ static void print_banner(const trainer_t *t, int threads) {
   static const char *const formats[] = {"raw text", "token file", "Megatron dataset"};
   const xm_rt_program_t *p = t->p;
   fprintf(stderr,
-          "%s: model %s: %.3gM params, arenas %.1f MiB persistent + %.1f MiB activations; "
+          "%s: model %s: %.3gM params, arenas %.1f MiB persistent + %.1f MiB activations per rank; "
           "data %s (%s, %" PRId64 " tokens: %" PRId64 " training / %" PRId64
           " evaluation windows of %" PRId64 "); %d rank%s x %d threads\n",
-          t->prog, p->model_name ? p->model_name : "?", (double)count_params(p) / 1e6,
+          t->prog, p->model_name ? p->model_name : "?", (double)count_params(t) / 1e6,
           (double)p->persistent_bytes / 1048576.0, (double)p->activation_bytes / 1048576.0,
           t->o.data, formats[xm_rt_data_format(t->data)], xm_rt_data_num_tokens(t->data),
           xm_rt_data_train_windows(t->data), xm_rt_data_eval_windows(t->data), p->seq_len,
           t->ctx.world, t->ctx.world == 1 ? "" : "s", threads);
+  const xm_rt_comm_layout_t *l = &t->comm->layout;
+  fprintf(stderr, "%s: layout dp%d tp%d ep%d zero%d%s%s on %d rank%s (%d per node)\n", t->prog,
+          l->dp, l->tp, l->ep, p->zero, p->ssmb ? " ssmb" : "", p->rbd ? " rbd" : "", l->world,
+          l->world == 1 ? "" : "s", l->ranks_per_node);
   if (t->resume_path)
     fprintf(stderr, "%s: resuming from %s at step %" PRId64 "\n", t->prog, t->resume_path, t->step);
 }
@@ -712,8 +795,10 @@ static void print_banner(const trainer_t *t, int threads) {
 static xm_status_t run(trainer_t *t) {
   int threads = setup_threads(t);
   if (t->ctx.rank == 0) xm_diag_print(&t->warnings, stderr);
+  XM_RETURN_IF_ERROR(setup_comm(t));
   XM_RETURN_IF_ERROR(agree(t, setup_exec(t)));
-  init_params(t);
+  t->x.comm = t->comm;
+  XM_RETURN_IF_ERROR(init_params(t));
   if (t->resume_path) XM_RETURN_IF_ERROR(load_checkpoint(t));
   if (t->o.eval) {
     XM_RETURN_IF_ERROR(run_eval(t, t->o.batches));
@@ -739,6 +824,9 @@ static void cleanup(trainer_t *t) {
   xm_diag_free(&t->warnings);
   free(t->resume_path);
   free(t->last_ckpt);
+  free(t->last_traffic);
+  xm_rt_full_view_destroy(&t->view);
+  if (t->comm) xm_rt_comm_destroy(t->comm); /* collective: every rank gets here */
   if (t->have_ctx) xm_rt_context_destroy(&t->ctx);
 }
 

@@ -3,13 +3,16 @@
  *   out/train --data PATH [--steps N] [--lr X] [--warmup N]
  *             [--schedule cosine|constant] [--weight-decay X] [--clip X]
  *             [--seed S] [--ckpt-dir DIR] [--save-every N] [--resume DIR]
- *             [--eval --batches N] [--json] [--log FILE]
+ *             [--eval --batches N] [--json] [--log FILE] [--traffic FILE]
  *
- * It starts the runtime context (MPI), allocates the arenas the program
- * asks for, initialises parameters deterministically from the seed (or
- * loads a checkpoint), and for every optimizer step runs program->micro
- * grad_accum times on consecutive training windows, then program->step with
- * the learning rate of the schedule. A progress line per step on a terminal
+ * It starts the runtime context (MPI), refuses a world size other than the
+ * program's dp * tp, builds the communicator of the program's layout,
+ * allocates the arenas the program asks for, initialises parameters
+ * deterministically from the seed (each rank its slices of the full
+ * tensors) or loads a checkpoint (whole tensors, any layout), and for every
+ * optimizer step runs program->micro grad_accum times on this DP group's
+ * share of the step's training windows, then program->step with the
+ * learning rate of the schedule. A progress line per step on a terminal
  * (step, loss, aux loss, tokens/s, elapsed, ETA), one JSON object per step
  * to --log. Bad flags or data: a message and exit code 2.
  */

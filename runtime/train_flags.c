@@ -37,6 +37,7 @@ typedef enum {
   F_BATCHES,
   F_JSON,
   F_LOG,
+  F_TRAFFIC,
   F_EVAL_FRACTION,
   F_PROGRESS,
   F_QUIET,
@@ -55,7 +56,8 @@ static const flag_info_t k_flags[F_COUNT_] = {
     [F_DATA] = {"--data", 1, "PATH",
                 "training data: token file, Megatron PATH(.bin/.idx) or raw text"},
     [F_STEPS] = {"--steps", 1, "N",
-                 "train until optimizer step N (default: the spec's train_steps; 0 with --ckpt-dir saves the initial checkpoint)"},
+                 "train until optimizer step N (default: the spec's train_steps; 0 with --ckpt-dir "
+                 "saves the initial checkpoint)"},
     [F_LR] = {"--lr", 1, "X", "peak learning rate"},
     [F_WARMUP] = {"--warmup", 1, "N", "linear warmup steps"},
     [F_SCHEDULE] = {"--schedule", 1, "S", "cosine, constant or linear (decay after warmup)"},
@@ -70,6 +72,9 @@ static const flag_info_t k_flags[F_COUNT_] = {
     [F_BATCHES] = {"--batches", 1, "N", "evaluation batches (with --eval; else after training)"},
     [F_JSON] = {"--json", 0, NULL, "print one JSON summary on stdout"},
     [F_LOG] = {"--log", 1, "FILE", "append one JSON object per step to FILE"},
+    [F_TRAFFIC] =
+        {"--traffic", 1, "FILE",
+         "write each step's rank-to-rank traffic per layer and phase to FILE (JSON lines)"},
     [F_EVAL_FRACTION] = {"--eval-fraction", 1, "X",
                          "share of windows held out for evaluation (0.05)"},
     [F_PROGRESS] = {"--progress", 1, "WHEN", "auto, always or never: live progress line"},
@@ -156,6 +161,10 @@ static int set_value(xm_rt_train_opts_t *o, flag_id_t id, const char *v, const c
   case F_LOG:
     *expected = "a file name";
     o->log = v;
+    return *v != '\0';
+  case F_TRAFFIC:
+    *expected = "a file name";
+    o->traffic = v;
     return *v != '\0';
   case F_EVAL_FRACTION:
     *expected = "a number in [0, 1)";
@@ -292,8 +301,9 @@ static int check_combinations(const xm_rt_program_t *p, const char *prog, const 
     flag_error(err, prog, "--save-every", "needs --ckpt-dir DIR");
     problems++;
   }
-  static const flag_id_t training_only[] = {F_STEPS, F_LR,       F_WARMUP,     F_SCHEDULE, F_WD,
-                                            F_CLIP,  F_CKPT_DIR, F_SAVE_EVERY, F_LOG};
+  static const flag_id_t training_only[] = {F_STEPS, F_LR,     F_WARMUP,   F_SCHEDULE,
+                                            F_WD,    F_CLIP,   F_CKPT_DIR, F_SAVE_EVERY,
+                                            F_LOG,   F_TRAFFIC};
   for (size_t k = 0; o->eval && k < sizeof training_only / sizeof *training_only; k++)
     if (seen[training_only[k]]) {
       flag_error(err, prog, k_flags[training_only[k]].name, "has no effect with --eval");

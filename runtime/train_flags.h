@@ -40,6 +40,7 @@ typedef struct {
   int64_t batches; /* 0: not given */
   int json;
   const char *log;
+  const char *traffic; /* --traffic FILE: per-(layer, phase) matrices */
   double eval_fraction;
   int progress; /* xm_rt_progress_mode_t */
   int quiet;

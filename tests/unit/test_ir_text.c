@@ -123,10 +123,11 @@ static xm_ir_module_t *build_example(void) {
   xm_ir_type_t a2a = ty(XM_DT_F32, 2, 512, 64, 0);
   a2a.dynamic[0] = true;
   a2a.shard[0] = XM_AXIS_EP;
-  xm_ir_value_t *ops4[2] = {h, perm->results[2]};
-  xm_ir_value_t *x = xm_ir_build1(m, XM_OP_ALL_TO_ALL, 2, ops4, a2a, "");
+  xm_ir_value_t *ops4[3] = {h, perm->results[2], perm->results[2]};
+  xm_ir_value_t *x = xm_ir_build1(m, XM_OP_ALL_TO_ALL, 3, ops4, a2a, "");
   xm_ir_op_set_string(m, x->def, "group", "ep");
   xm_ir_op_set_int(m, x->def, "group_size", 4);
+  xm_ir_op_set_string(m, x->def, "traffic", "dispatch");
   xm_ir_op_append(m, XM_OP_RETURN, 1, &h, 0, NULL, NULL);
   return m;
 }
@@ -143,7 +144,8 @@ static const char k_example[] =
     "i32[128, 2], f32[128, 2] loc(\"/moe/top_k\")\n"
     "  %7, %8, %9 = permute(%5, %6) {capacity = 160, num_experts = 8} : i32[?256], i32[?256], "
     "i32[8] loc(\"/moe/capacity_factor\")\n"
-    "  %10 = all_to_all(%2, %9) {group = \"ep\", group_size = 4} : f32[?512/ep, 64]\n"
+    "  %10 = all_to_all(%2, %9, %9) {group = \"ep\", group_size = 4, traffic = \"dispatch\"} : "
+    "f32[?512/ep, 64]\n"
     "  return(%2)\n"
     "}\n";
 
@@ -322,7 +324,7 @@ static void test_parse_structure(void **state) {
   assert_int_equal(perm->results[0]->type.dims[0], 256);
   assert_false(perm->results[2]->type.dynamic[0]);
   assert_int_equal(perm->results[0]->num_uses, 0);
-  assert_int_equal(perm->results[2]->num_uses, 1);
+  assert_int_equal(perm->results[2]->num_uses, 2); /* send and recv counts */
 
   xm_ir_op_t *a2a = xm_ir_module_op(m, 7);
   const xm_ir_type_t *t = &a2a->results[0]->type;

@@ -325,10 +325,12 @@ static void test_collectives_ok(void **state) {
   xm_ir_op_t *na = OP(f, XM_OP_NARROW, TY(XM_DT_BF16, 16, 8), "", rs->results[0]);
   set_group(f, na, "world", 2);
   xm_ir_op_set_int(f->m, na, "dim", 0);
-  xm_ir_value_t *cnt = input(f, TY(XM_DT_I32, 4), "counts");
-  xm_ir_op_t *a2a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_BF16, 64, 8), 0), "", na->results[0], cnt);
+  xm_ir_value_t *send = input(f, TY(XM_DT_I32, 4, 2), "send");
+  xm_ir_value_t *recv = input(f, TY(XM_DT_I32, 4, 2), "recv");
+  xm_ir_op_t *a2a =
+      OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_BF16, 64, 8), 0), "", na->results[0], send, recv);
   set_group(f, a2a, "ep", 4);
-  xm_ir_op_set_int(f->m, a2a, "max_rows", 64);
+  xm_ir_op_set_string(f->m, a2a, "traffic", "dispatch");
   expect_ok(f);
   xm_ir_type_t wag = TY(XM_DT_BF16, 32, 32), wrs = TY(XM_DT_BF16, 32, 8),
                wna = TY(XM_DT_BF16, 16, 8), wa2a = dyn(TY(XM_DT_BF16, 64, 8), 0);
@@ -512,11 +514,65 @@ static void test_reduce_scatter_not_divisible(void **state) {
 static void test_all_to_all_counts(void **state) {
   fx_t *f = *state;
   xm_ir_value_t *x = input(f, TY(XM_DT_F32, 16, 8), "x");
-  xm_ir_value_t *cnt = input(f, TY(XM_DT_I32, 2), "c");
-  xm_ir_op_t *a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 32, 8), 0), "", x, cnt);
+  xm_ir_value_t *c2 = input(f, TY(XM_DT_I32, 2, 3), "c2");
+  xm_ir_value_t *c4 = input(f, TY(XM_DT_I32, 4, 3), "c4");
+  xm_ir_value_t *c4b = input(f, TY(XM_DT_I32, 4, 2), "c4b");
+  xm_ir_value_t *cdyn = input(f, dyn(TY(XM_DT_I32, 4, 3), 1), "cdyn");
+  xm_ir_value_t *c1 = input(f, TY(XM_DT_I32, 4), "c1");
+  /* op 6: P = 2 rows but group_size 4 */
+  xm_ir_op_t *a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 32, 8), 0), "/a", x, c2, c2);
   set_group(f, a, "ep", 4);
-  xm_ir_op_set_int(f->m, a, "max_rows", 32);
-  expect_error(f, "op 2 (all_to_all)", "one count per rank of the group (group_size 4)");
+  xm_ir_op_set_string(f->m, a, "traffic", "dispatch");
+  /* op 7: recv counts of another shape than send counts */
+  a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 32, 8), 0), "", x, c4, c4b);
+  set_group(f, a, "ep", 4);
+  xm_ir_op_set_string(f->m, a, "traffic", "combine");
+  /* op 8: no traffic attr; op 9: a traffic that is neither */
+  a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 32, 8), 0), "", x, c4, c4);
+  set_group(f, a, "ep", 4);
+  a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 32, 8), 0), "", x, c4, c4);
+  set_group(f, a, "ep", 4);
+  xm_ir_op_set_string(f->m, a, "traffic", "both");
+  /* op 10: dynamic counts; op 11: rank-1 counts (the old form) */
+  a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 32, 8), 0), "", x, cdyn, cdyn);
+  set_group(f, a, "ep", 4);
+  xm_ir_op_set_string(f->m, a, "traffic", "dispatch");
+  a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 32, 8), 0), "", x, c1, c1);
+  set_group(f, a, "ep", 4);
+  xm_ir_op_set_string(f->m, a, "traffic", "dispatch");
+  /* op 12: two operands (the old arity) */
+  a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 32, 8), 0), "", x, c4);
+  set_group(f, a, "ep", 4);
+  xm_ir_op_set_string(f->m, a, "traffic", "dispatch");
+  /* op 13: a static row count (a way back that returns the rows a dispatch
+   * sent; legal, the runtime checks the count) */
+  a = OP(f, XM_OP_ALL_TO_ALL, TY(XM_DT_F32, 32, 8), "", x, c4, c4);
+  set_group(f, a, "ep", 4);
+  xm_ir_op_set_string(f->m, a, "traffic", "dispatch");
+  /* op 14: the hidden size changes */
+  a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 32, 4), 0), "", x, c4, c4);
+  set_group(f, a, "ep", 4);
+  xm_ir_op_set_string(f->m, a, "traffic", "dispatch");
+  /* op 15: a bound of 0 rows */
+  a = OP(f, XM_OP_ALL_TO_ALL, TY(XM_DT_F32, 0, 8), "", x, c4, c4);
+  set_group(f, a, "ep", 4);
+  xm_ir_op_set_string(f->m, a, "traffic", "dispatch");
+  expect_error(f, "op 6 (all_to_all) at /a",
+               "operand 1 i32[2, 3] must hold one row of counts per member of the group "
+               "(group_size 4)");
+  expect_error(f, "op 6 (all_to_all) at /a", "operand 2 i32[2, 3] must hold one row of counts");
+  expect_error(f, "op 7 (all_to_all)",
+               "operand 2 (recv counts) i32[4, 2] must have the shape of operand 1 (send counts) "
+               "i32[4, 3]");
+  expect_error(f, "op 8 (all_to_all)", "missing attribute 'traffic' (string)");
+  expect_error(f, "op 9 (all_to_all)",
+               "attribute 'traffic' is \"both\" but must be one of dispatch, combine");
+  expect_error(f, "op 10 (all_to_all)", "operand 1 must have static dims but has type i32[4, ?3]");
+  expect_error(f, "op 11 (all_to_all)", "operand 1 must have rank 2 but has type i32[4]");
+  expect_error(f, "op 12 (all_to_all)", "has 2 operands but all_to_all takes 3");
+  expect_error(f, "op 14 (all_to_all)",
+               "result 0 has type f32[?32, 4] but its operands give f32[?32, 8]");
+  expect_error(f, "op 15 (all_to_all)", "needs a row bound >= 1 in dim 0");
 }
 
 static void test_use_before_def(void **state) {
@@ -668,6 +724,292 @@ static void test_errors_collected(void **state) {
   assert_int_equal(xm_diag_error_count(&f->diag), 4);
 }
 
+/* ---- multi-rank ops (the shard pass's collectives, ZeRO-1, RBD) -------- */
+
+static xm_ir_value_t *state_of(fx_t *f, xm_ir_type_t t, const char *kind, const char *of) {
+  xm_ir_value_t *v = xm_ir_build1(f->m, XM_OP_STATE, 0, NULL, t, "");
+  char name[64];
+  snprintf(name, sizeof name, "%s.%s", of, kind);
+  xm_ir_op_set_string(f->m, v->def, "name", name);
+  xm_ir_op_set_string(f->m, v->def, "kind", kind);
+  xm_ir_op_set_string(f->m, v->def, "of", of);
+  return v;
+}
+
+/* An op without results (the in-place collectives and adamw). */
+static xm_ir_op_t *op_void(fx_t *f, xm_ir_opcode_t code, int nops, xm_ir_value_t *const *ops) {
+  return xm_ir_op_append(f->m, code, nops, ops, 0, NULL, "");
+}
+
+static void test_all_to_all_rows_any_dtype(void **state) {
+  fx_t *f = *state;
+  xm_ir_value_t *ids = input(f, dyn(TY(XM_DT_I32, 40, 3), 0), "ids");
+  xm_ir_value_t *cnt = input(f, TY(XM_DT_I32, 2, 4), "cnt");
+  /* the bound is the op's own: 100 rows, whatever N is */
+  xm_ir_op_t *a = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_I32, 100, 3), 0), "", ids, cnt, cnt);
+  set_group(f, a, "edp", 2);
+  xm_ir_op_set_string(f->m, a, "traffic", "combine");
+  xm_ir_value_t *x = input(f, TY(XM_DT_F32, 8, 16), "x");
+  xm_ir_op_t *b = OP(f, XM_OP_ALL_TO_ALL, dyn(TY(XM_DT_F32, 7, 16), 0), "", x, cnt, cnt);
+  set_group(f, b, "ep", 2);
+  xm_ir_op_set_string(f->m, b, "traffic", "dispatch");
+  expect_ok(f);
+  xm_ir_type_t wa = dyn(TY(XM_DT_I32, 100, 3), 0), wb = dyn(TY(XM_DT_F32, 7, 16), 0);
+  expect_infer(f, a, 1, &wa);
+  expect_infer(f, b, 1, &wb);
+}
+
+static void test_narrow_gather_ids(void **state) {
+  fx_t *f = *state;
+  xm_ir_value_t *ids = input(f, TY(XM_DT_I32, 16, 2), "experts");
+  xm_ir_op_t *na = OP(f, XM_OP_NARROW, TY(XM_DT_I32, 4, 2), "", ids);
+  set_group(f, na, "tp", 4);
+  xm_ir_op_set_int(f->m, na, "dim", 0);
+  xm_ir_op_t *ag = OP(f, XM_OP_ALL_GATHER, TY(XM_DT_I32, 16, 2), "", na->results[0]);
+  set_group(f, ag, "tp", 4);
+  xm_ir_op_set_int(f->m, ag, "dim", 0);
+  xm_ir_op_t *bad = OP(f, XM_OP_NARROW, TY(XM_DT_I32, 5, 2), "", ids);
+  set_group(f, bad, "tp", 4);
+  xm_ir_op_set_int(f->m, bad, "dim", 0);
+  xm_ir_type_t wn = TY(XM_DT_I32, 4, 2), wg = TY(XM_DT_I32, 16, 2);
+  expect_infer(f, na, 1, &wn);
+  expect_infer(f, ag, 1, &wg);
+  expect_error(f, "op 3 (narrow)", "result 0 has type i32[5, 2] but its operands give i32[4, 2]");
+  assert_int_equal(xm_diag_error_count(&f->diag), 1);
+}
+
+static void test_replicate(void **state) {
+  fx_t *f = *state;
+  xm_ir_type_t t = TY(XM_DT_BF16, 4, 8);
+  t.shard[1] = XM_AXIS_TP;
+  xm_ir_value_t *x = input(f, t, "x");
+  xm_ir_op_t *r = OP(f, XM_OP_REPLICATE, t, "/tp", x);
+  set_group(f, r, "tp", 2);
+  xm_ir_op_t *nogroup = OP(f, XM_OP_REPLICATE, t, "", x);
+  xm_ir_op_set_int(f->m, nogroup, "group_size", 2);
+  xm_ir_op_t *other = OP(f, XM_OP_REPLICATE, TY(XM_DT_F32, 4, 8), "", x);
+  set_group(f, other, "tp", 2);
+  xm_ir_op_t *badsize = OP(f, XM_OP_REPLICATE, t, "", x);
+  set_group(f, badsize, "tp", 0);
+  expect_infer(f, r, 1, &t); /* the sharding comes along */
+  expect_error(f, "op 2 (replicate)", "missing attribute 'group' (string)");
+  expect_error(f, "op 3 (replicate)",
+               "result 0 has type f32[4, 8] but its operands give bf16[4, 8/tp]");
+  expect_error(f, "op 4 (replicate)", "attribute 'group_size' is 0 but must be >= 1");
+  assert_int_equal(xm_diag_error_count(&f->diag), 3);
+}
+
+static void test_exchange_counts(void **state) {
+  fx_t *f = *state;
+  xm_ir_value_t *send = input(f, TY(XM_DT_I32, 4, 2), "send");
+  xm_ir_type_t rt[2] = {TY(XM_DT_I32, 4, 2), TY(XM_DT_I32, 2)};
+  xm_ir_op_t *ok = xm_ir_op_append(f->m, XM_OP_EXCHANGE_COUNTS, 1, &send, 2, rt, "/ep");
+  set_group(f, ok, "ep", 4);
+  expect_infer(f, ok, 2, rt);
+  /* op 2: P = 4 but group_size 2; op 3: f32 counts; op 4: wrong tokens per expert */
+  xm_ir_op_t *bad = xm_ir_op_append(f->m, XM_OP_EXCHANGE_COUNTS, 1, &send, 2, rt, "");
+  set_group(f, bad, "ep", 2);
+  xm_ir_value_t *fc = input(f, TY(XM_DT_F32, 4, 2), "fc");
+  bad = xm_ir_op_append(f->m, XM_OP_EXCHANGE_COUNTS, 1, &fc, 2, rt, "");
+  set_group(f, bad, "ep", 4);
+  xm_ir_type_t rt2[2] = {TY(XM_DT_I32, 4, 2), TY(XM_DT_I32, 4)};
+  bad = xm_ir_op_append(f->m, XM_OP_EXCHANGE_COUNTS, 1, &send, 2, rt2, "");
+  set_group(f, bad, "ep", 4);
+  expect_error(f, "op 2 (exchange_counts)",
+               "operand 0 i32[4, 2] must hold one row of counts per member of the group "
+               "(group_size 2)");
+  expect_error(f, "op 4 (exchange_counts)", "operand 0 must be i32 but has type f32[4, 2]");
+  expect_error(f, "op 5 (exchange_counts)",
+               "result 1 has type i32[4] but its operands give i32[2]");
+  assert_int_equal(xm_diag_error_count(&f->diag), 3);
+}
+
+static void test_sort_chunks(void **state) {
+  fx_t *f = *state;
+  xm_ir_value_t *x = input(f, dyn(TY(XM_DT_F32, 64, 8), 0), "x");
+  xm_ir_value_t *cnt = input(f, TY(XM_DT_I32, 4, 2), "cnt");
+  xm_ir_op_t *s = OP(f, XM_OP_SORT_CHUNKS, dyn(TY(XM_DT_F32, 64, 8), 0), "", x, cnt);
+  xm_ir_op_t *u = OP(f, XM_OP_UNSORT_CHUNKS, dyn(TY(XM_DT_F32, 64, 8), 0), "", s->results[0], cnt);
+  xm_ir_type_t want = dyn(TY(XM_DT_F32, 64, 8), 0);
+  expect_infer(f, s, 1, &want);
+  expect_infer(f, u, 1, &want);
+  xm_ir_value_t *c1 = input(f, TY(XM_DT_I32, 8), "c1");
+  xm_ir_value_t *x3 = input(f, TY(XM_DT_F32, 2, 4, 8), "x3");
+  OP(f, XM_OP_SORT_CHUNKS, dyn(TY(XM_DT_F32, 64, 8), 0), "", x, c1); /* op 6 */
+  OP(f, XM_OP_UNSORT_CHUNKS, TY(XM_DT_F32, 2, 4, 8), "", x3, cnt);   /* op 7 */
+  OP(f, XM_OP_SORT_CHUNKS, TY(XM_DT_F32, 64, 8), "", x, cnt);        /* op 8 */
+  expect_error(f, "op 6 (sort_chunks)", "operand 1 must have rank 2 but has type i32[8]");
+  expect_error(f, "op 7 (unsort_chunks)", "operand 0 must have rank 2 but has type f32[2, 4, 8]");
+  expect_error(f, "op 8 (sort_chunks)",
+               "result 0 has type f32[64, 8] but its operands give f32[?64, 8]");
+  assert_int_equal(xm_diag_error_count(&f->diag), 3); /* no group attrs needed */
+}
+
+static void test_reduce_state(void **state) {
+  fx_t *f = *state;
+  xm_ir_value_t *g = state_of(f, TY(XM_DT_F32, 4, 8), "grad", "w");
+  xm_ir_value_t *load = state_of(f, TY(XM_DT_I32, 8), "load", "bias");
+  set_group(f, op_void(f, XM_OP_REDUCE_STATE, 1, &g), "dp", 2);
+  set_group(f, op_void(f, XM_OP_REDUCE_STATE, 1, &load), "world", 4);
+  expect_ok(f);
+  xm_ir_value_t *x = input(f, TY(XM_DT_F32, 4, 8), "x");
+  xm_ir_value_t *ig = state_of(f, TY(XM_DT_I32, 8), "grad", "ids");
+  set_group(f, op_void(f, XM_OP_REDUCE_STATE, 1, &x), "dp", 2);  /* op 6 */
+  set_group(f, op_void(f, XM_OP_REDUCE_STATE, 1, &ig), "dp", 2); /* op 7 */
+  xm_ir_op_t *nosize = op_void(f, XM_OP_REDUCE_STATE, 1, &g);    /* op 8 */
+  xm_ir_op_set_string(f->m, nosize, "group", "edp");
+  expect_error(f, "op 6 (reduce_state)",
+               "operand 0 must be the result of a state op but comes from input");
+  expect_error(f, "op 7 (reduce_state)",
+               "operand 0 i32[8] must be f32 (i32 only for a load state)");
+  expect_error(f, "op 8 (reduce_state)", "missing attribute 'group_size' (int)");
+  assert_int_equal(xm_diag_error_count(&f->diag), 3);
+}
+
+static void test_zero_reduce_scatter_gather(void **state) {
+  fx_t *f = *state;
+  xm_ir_value_t *w = param(f, TY(XM_DT_F32, 3, 5), "w");
+  xm_ir_value_t *g = state_of(f, TY(XM_DT_F32, 3, 5), "grad", "w");
+  /* 15 elements over 4 members: chunks of 4 (the last one 3); over 5: 3 */
+  xm_ir_op_t *rs4 = OP(f, XM_OP_ZERO_REDUCE_SCATTER, TY(XM_DT_F32, 4), "", g);
+  set_group(f, rs4, "dp", 4);
+  xm_ir_op_t *rs5 = OP(f, XM_OP_ZERO_REDUCE_SCATTER, TY(XM_DT_F32, 3), "", g);
+  set_group(f, rs5, "edp", 5);
+  xm_ir_op_t *rs32 = OP(f, XM_OP_ZERO_REDUCE_SCATTER, TY(XM_DT_F32, 1), "", g);
+  set_group(f, rs32, "dp", 32);
+  set_group(f, op_void(f, XM_OP_ZERO_GATHER, 1, &w), "dp", 4);
+  expect_ok(f);
+  xm_ir_type_t w4 = TY(XM_DT_F32, 4), w5 = TY(XM_DT_F32, 3), w32 = TY(XM_DT_F32, 1);
+  expect_infer(f, rs4, 1, &w4);
+  expect_infer(f, rs5, 1, &w5);
+  expect_infer(f, rs32, 1, &w32);
+
+  xm_ir_value_t *ig = state_of(f, TY(XM_DT_I32, 8), "load", "b");
+  xm_ir_value_t *dg = input(f, dyn(TY(XM_DT_F32, 8, 2), 0), "dg");
+  xm_ir_value_t *ip = param(f, TY(XM_DT_I32, 8), "ip");
+  set_group(f, OP(f, XM_OP_ZERO_REDUCE_SCATTER, TY(XM_DT_F32, 3), "", g), "dp", 4);  /* op 9 */
+  set_group(f, OP(f, XM_OP_ZERO_REDUCE_SCATTER, TY(XM_DT_F32, 2), "", ig), "dp", 4); /* op 10 */
+  set_group(f, OP(f, XM_OP_ZERO_REDUCE_SCATTER, TY(XM_DT_F32, 4), "", dg), "dp", 4); /* op 11 */
+  set_group(f, op_void(f, XM_OP_ZERO_GATHER, 1, &g), "dp", 4);                       /* op 12 */
+  set_group(f, op_void(f, XM_OP_ZERO_GATHER, 1, &ip), "dp", 4);                      /* op 13 */
+  op_void(f, XM_OP_ZERO_GATHER, 1, &w);                                              /* op 14 */
+  expect_error(f, "op 9 (zero_reduce_scatter)",
+               "result 0 has type f32[3] but its operands give f32[4]");
+  expect_error(f, "op 10 (zero_reduce_scatter)", "operand 0 must be f32 but has type i32[8]");
+  expect_error(f, "op 11 (zero_reduce_scatter)",
+               "operand 0 must have static dims but has type f32[?8, 2]");
+  expect_error(f, "op 12 (zero_gather)",
+               "operand 0 must be the result of a param op but comes from state");
+  expect_error(f, "op 13 (zero_gather)", "operand 0 must be f32 but has type i32[8]");
+  expect_error(f, "op 14 (zero_gather)", "missing attribute 'group' (string)");
+  expect_error(f, "op 14 (zero_gather)", "missing attribute 'group_size' (int)");
+  assert_int_equal(xm_diag_error_count(&f->diag), 7);
+}
+
+/* adamw(param, grad, m, v, norm_sq) with ZeRO-1 chunks and without. */
+static xm_ir_op_t *adamw(fx_t *f, xm_ir_value_t *p, xm_ir_value_t *g, xm_ir_value_t *m,
+                         xm_ir_value_t *v, xm_ir_value_t *ns) {
+  xm_ir_op_t *op = op_void(f, XM_OP_ADAMW, 5, (xm_ir_value_t *[]){p, g, m, v, ns});
+  xm_ir_op_set_bool(f->m, op, "decay", true);
+  return op;
+}
+
+static void test_adamw_zero(void **state) {
+  fx_t *f = *state;
+  xm_ir_value_t *w = param(f, TY(XM_DT_F32, 3, 5), "w");
+  xm_ir_value_t *g = state_of(f, TY(XM_DT_F32, 3, 5), "grad", "w");
+  xm_ir_value_t *ns = OP(f, XM_OP_GRAD_NORM_SQ, SCALAR(XM_DT_F32), "", g)->results[0];
+  xm_ir_op_t *rs = OP(f, XM_OP_ZERO_REDUCE_SCATTER, TY(XM_DT_F32, 4), "", g);
+  set_group(f, rs, "dp", 4);
+  xm_ir_value_t *m = state_of(f, TY(XM_DT_F32, 4), "adam_m", "w");
+  xm_ir_value_t *v = state_of(f, TY(XM_DT_F32, 4), "adam_v", "w");
+  set_group(f, adamw(f, w, rs->results[0], m, v, ns), "dp", 4);
+  /* without the group attrs the states have the param's type */
+  xm_ir_value_t *fm = state_of(f, TY(XM_DT_F32, 3, 5), "adam_m", "w");
+  xm_ir_value_t *fv = state_of(f, TY(XM_DT_F32, 3, 5), "adam_v", "w");
+  adamw(f, w, g, fm, fv, ns);
+  /* a chunked grad state (accumulated after the reduce-scatter) is fine too */
+  xm_ir_value_t *cg = state_of(f, TY(XM_DT_F32, 3), "grad", "w");
+  xm_ir_value_t *m5 = state_of(f, TY(XM_DT_F32, 3), "adam_m", "w");
+  xm_ir_value_t *v5 = state_of(f, TY(XM_DT_F32, 3), "adam_v", "w");
+  set_group(f, adamw(f, w, cg, m5, v5, ns), "edp", 5);
+  expect_ok(f);
+
+  xm_ir_value_t *x = input(f, TY(XM_DT_F32, 4), "x");
+  set_group(f, adamw(f, w, rs->results[0], fm, v, ns), "dp", 4); /* op 15: full m */
+  set_group(f, adamw(f, w, x, m, v, ns), "dp", 4);               /* op 16: grad from input */
+  adamw(f, w, rs->results[0], m, v, ns);                         /* op 17: chunks, no group */
+  xm_ir_op_t *half = adamw(f, w, rs->results[0], m, v, ns);      /* op 18: size only */
+  xm_ir_op_set_int(f->m, half, "group_size", 4);
+  set_group(f, adamw(f, w, rs->results[0], m, v, ns), "dp", 2); /* op 19: chunk of 8 */
+  expect_error(f, "op 15 (adamw)",
+               "operand 2 has type f32[3, 5] but ZeRO-1 over group_size 4 needs the chunk f32[4] "
+               "of operand 0 f32[3, 5] (ceil(15 / 4) elements)");
+  expect_error(f, "op 16 (adamw)",
+               "operand 1 must be the result of a state or zero_reduce_scatter op but comes from "
+               "input");
+  expect_error(f, "op 17 (adamw)", "operand 1 has type f32[4] but operand 0 has f32[3, 5]");
+  expect_error(f, "op 17 (adamw)", "operand 1 must be the result of a state op");
+  expect_error(f, "op 18 (adamw)", "missing attribute 'group' (string)");
+  expect_error(f, "op 19 (adamw)", "operand 3 has type f32[4] but ZeRO-1 over group_size 2");
+}
+
+static void test_rbd_ops(void **state) {
+  fx_t *f = *state;
+  const int64_t T = 6, H = 8, K = 2, E = 8, P = 4, L = E / P;
+  xm_ir_value_t *x = input(f, TY(XM_DT_F32, T, H), "x");
+  xm_ir_value_t *ex = input(f, TY(XM_DT_I32, T, K), "experts");
+  xm_ir_value_t *w = input(f, TY(XM_DT_F32, T, K), "weights");
+  xm_ir_type_t rt[2] = {dyn(TY(XM_DT_F32, 48, H), 0), TY(XM_DT_I32, L)};
+  xm_ir_op_t *d =
+      xm_ir_op_append(f->m, XM_OP_RBD_DISPATCH, 3, (xm_ir_value_t *[]){x, ex, w}, 2, rt, "/rbd");
+  set_group(f, d, "ep", P);
+  xm_ir_op_set_int(f->m, d, "num_experts", E);
+  xm_ir_op_set_int(f->m, d, "slot", 0);
+  xm_ir_op_set_int(f->m, d, "layer", 1);
+  xm_ir_value_t *rows = d->results[0], *tpe = d->results[1];
+  xm_ir_op_t *c = OP(f, XM_OP_RBD_COMBINE, TY(XM_DT_F32, T, H), "", rows, w, tpe);
+  set_group(f, c, "ep", P);
+  xm_ir_op_set_int(f->m, c, "slot", 0);
+  xm_ir_type_t gt[2] = {rt[0], TY(XM_DT_F32, T, K)};
+  xm_ir_op_t *cg = xm_ir_op_append(f->m, XM_OP_RBD_COMBINE_GRAD, 4,
+                                   (xm_ir_value_t *[]){c->results[0], rows, w, tpe}, 2, gt, "");
+  set_group(f, cg, "ep", P);
+  xm_ir_op_set_int(f->m, cg, "slot", 0);
+  xm_ir_op_set_int(f->m, cg, "layer", 1);
+  xm_ir_op_t *dg = OP(f, XM_OP_RBD_DISPATCH_GRAD, TY(XM_DT_F32, T, H), "", cg->results[0], tpe);
+  set_group(f, dg, "ep", P);
+  xm_ir_op_set_int(f->m, dg, "slot", 0);
+  expect_ok(f);
+  xm_ir_type_t wc = TY(XM_DT_F32, T, H);
+  expect_infer(f, d, 2, rt);
+  expect_infer(f, c, 1, &wc);
+  expect_infer(f, cg, 2, gt);
+  expect_infer(f, dg, 1, &wc);
+
+  /* op 7: 8 experts over 3 members; op 8: weights for another token count */
+  xm_ir_op_t *bad =
+      xm_ir_op_append(f->m, XM_OP_RBD_DISPATCH, 3, (xm_ir_value_t *[]){x, ex, w}, 2, rt, "");
+  set_group(f, bad, "ep", 3);
+  xm_ir_op_set_int(f->m, bad, "num_experts", E);
+  xm_ir_op_set_int(f->m, bad, "slot", 0);
+  xm_ir_op_set_int(f->m, bad, "layer", 0);
+  xm_ir_value_t *w5 = input(f, TY(XM_DT_F32, 5, K), "w5");
+  bad = xm_ir_op_append(f->m, XM_OP_RBD_DISPATCH, 3, (xm_ir_value_t *[]){x, ex, w5}, 2, rt, "");
+  set_group(f, bad, "ep", P);
+  xm_ir_op_set_int(f->m, bad, "num_experts", E);
+  xm_ir_op_set_int(f->m, bad, "slot", 0); /* and no layer */
+  /* op 10: combine without slot */
+  bad = OP(f, XM_OP_RBD_COMBINE, TY(XM_DT_F32, T, H), "", rows, w, tpe);
+  set_group(f, bad, "ep", P);
+  expect_error(f, "op 7 (rbd_dispatch)",
+               "attribute 'num_experts' is 8 but must be a multiple of group_size 3");
+  expect_error(f, "op 9 (rbd_dispatch)", "missing attribute 'layer' (int)");
+  expect_error(f, "op 9 (rbd_dispatch)", "operand 2 has token count 5 but operand 0 has 6");
+  expect_error(f, "op 10 (rbd_combine)", "missing attribute 'slot' (int)");
+  assert_int_equal(xm_diag_error_count(&f->diag), 4);
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -703,6 +1045,15 @@ int main(void) {
       T(test_malformed_types_no_crash),
       T(test_infer_standalone_place),
       T(test_errors_collected),
+      T(test_all_to_all_rows_any_dtype),
+      T(test_narrow_gather_ids),
+      T(test_replicate),
+      T(test_exchange_counts),
+      T(test_sort_chunks),
+      T(test_reduce_state),
+      T(test_zero_reduce_scatter_gather),
+      T(test_adamw_zero),
+      T(test_rbd_ops),
   };
 #undef T
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,7 +8,10 @@
  * a scalar loss L = sum(c * forward(x)) with fixed random c: step h = 1e-2
  * (in fp32; the loss is summed in double), tolerance |num - ana| <= 2e-3 +
  * 1e-2 |ana|. Output buffers are pre-filled with garbage to check that the
- * kernels overwrite them.
+ * kernels overwrite them. The chunk sort of the expert all-to-all is
+ * checked on a hand-written case with empty blocks (exact row order), its
+ * round trip, the one-member and one-expert identities, and a large case
+ * against a naive reference.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -613,6 +616,108 @@ static void test_large_round_trip(void **state) {
   free(dx);
 }
 
+/* ---- chunk sort of the expert all-to-all ------------------------------- */
+
+/* Row r of a test buffer carries 100 * r + e in element e, so a row's
+ * origin can be read back from its values. */
+static void fill_rows(float *x, int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t e = 0; e < width; e++)
+      x[r * width + e] = (float)(100 * r + e);
+}
+
+/* P = 2 members, L = 3 local experts, zero counts on both sides. Member-major
+ * input: (0,0) rows 0-1, (0,1) none, (0,2) row 2, (1,0) row 3, (1,1) rows
+ * 4-6, (1,2) none. Expert-major output: expert 0 from member 0 (0, 1) then
+ * member 1 (3); expert 1 from member 1 (4, 5, 6); expert 2 from member 0 (2). */
+static void test_sort_chunks_order(void **state) {
+  (void)state;
+  const int64_t P = 2, L = 3, W = 2, N = 7;
+  const int32_t counts[6] = {2, 0, 1, 1, 3, 0};
+  const int64_t want[7] = {0, 1, 3, 4, 5, 6, 2};
+  float x[N * W], y[(N + 1) * W], back[(N + 1) * W];
+  fill_rows(x, N, W);
+  fill(y, (N + 1) * W, GARBAGE);
+  xm_k_sort_chunks(x, counts, P, L, W, y);
+  for (int64_t r = 0; r < N; r++)
+    for (int64_t e = 0; e < W; e++)
+      assert_close(y[r * W + e], x[want[r] * W + e], 0.0, "sorted row", r);
+  /* Nothing past the counted rows is written. */
+  assert_close(y[N * W], GARBAGE, 0.0, "past the rows", N);
+  fill(back, (N + 1) * W, GARBAGE);
+  xm_k_unsort_chunks(y, counts, P, L, W, back);
+  for (int64_t i = 0; i < N * W; i++)
+    assert_close(back[i], x[i], 0.0, "round trip", i);
+  assert_close(back[N * W], GARBAGE, 0.0, "past the rows", N);
+  /* unsort alone on an expert-major buffer: the inverse permutation. */
+  float em[N * W];
+  fill_rows(em, N, W);
+  fill(back, (N + 1) * W, GARBAGE);
+  xm_k_unsort_chunks(em, counts, P, L, W, back);
+  for (int64_t r = 0; r < N; r++)
+    for (int64_t e = 0; e < W; e++)
+      assert_close(back[want[r] * W + e], em[r * W + e], 0.0, "unsorted row", r);
+}
+
+/* All-zero counts and one member: nothing moves, or everything stays put. */
+static void test_sort_chunks_edges(void **state) {
+  (void)state;
+  const int32_t zeros[4] = {0, 0, 0, 0};
+  float x[8], y[8];
+  fill_rows(x, 4, 2);
+  fill(y, 8, GARBAGE);
+  xm_k_sort_chunks(x, zeros, 2, 2, 2, y);
+  xm_k_unsort_chunks(x, zeros, 2, 2, 2, y);
+  for (int i = 0; i < 8; i++)
+    assert_close(y[i], GARBAGE, 0.0, "zero counts", i);
+  /* P = 1: (0, l) order is already expert-major. */
+  const int32_t one[3] = {1, 0, 3};
+  xm_k_sort_chunks(x, one, 1, 3, 2, y);
+  for (int i = 0; i < 8; i++)
+    assert_close(y[i], x[i], 0.0, "one member", i);
+  /* L = 1: (p, 0) order is already expert-major too. */
+  const int32_t col[3] = {2, 0, 2};
+  fill(y, 8, GARBAGE);
+  xm_k_unsort_chunks(x, col, 3, 1, 2, y);
+  for (int i = 0; i < 8; i++)
+    assert_close(y[i], x[i], 0.0, "one expert", i);
+}
+
+/* Large enough for the threaded path: against a naive reference that
+ * walks (l, p) and searches each block's start from scratch. */
+static void test_sort_chunks_large(void **state) {
+  (void)state;
+  const int64_t P = 8, L = 6, W = 64;
+  int32_t counts[48];
+  int64_t N = 0;
+  for (int i = 0; i < P * L; i++) {
+    counts[i] = (int32_t)(frand(0.0f, 1.0f) < 0.2f ? 0 : frand(0.0f, 40.0f));
+    N += counts[i];
+  }
+  float *x = malloc(sizeof(float) * N * W), *y = malloc(sizeof(float) * N * W);
+  float *back = malloc(sizeof(float) * N * W);
+  fill_rows(x, N, W);
+  xm_k_sort_chunks(x, counts, P, L, W, y);
+  int64_t out = 0;
+  for (int64_t l = 0; l < L; l++)
+    for (int64_t p = 0; p < P; p++) {
+      int64_t in = 0;
+      for (int64_t i = 0; i < p * L + l; i++)
+        in += counts[i];
+      for (int64_t r = 0; r < counts[p * L + l]; r++, out++)
+        for (int64_t e = 0; e < W; e++)
+          if (y[out * W + e] != x[(in + r) * W + e])
+            fail_msg("row %lld (block l %lld p %lld) differs", (long long)out, (long long)l,
+                     (long long)p);
+    }
+  assert_int_equal(out, N);
+  xm_k_unsort_chunks(y, counts, P, L, W, back);
+  assert_memory_equal(back, x, sizeof(float) * (size_t)(N * W));
+  free(x);
+  free(y);
+  free(back);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_router_score_values),
@@ -633,6 +738,9 @@ int main(void) {
       cmocka_unit_test(test_aux_loss_value),
       cmocka_unit_test(test_aux_loss_grad_fd),
       cmocka_unit_test(test_large_round_trip),
+      cmocka_unit_test(test_sort_chunks_order),
+      cmocka_unit_test(test_sort_chunks_edges),
+      cmocka_unit_test(test_sort_chunks_large),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,7 +19,17 @@
 #include "frontend/layout.h"
 #include "frontend/spec.h"
 
-typedef enum { BASE_TINY, BASE_DENSE, BASE_MLA, BASE_ODD_TOKENS, BASE_ODD_FFN } base_t;
+typedef enum {
+  BASE_TINY,
+  BASE_DENSE,
+  BASE_MLA,
+  BASE_ODD_TOKENS,
+  BASE_ODD_FFN,
+  BASE_QK_FULL,  /* OLMoE-style qk_norm over the whole projection */
+  BASE_QK_HEAD,  /* Qwen3-style per-head qk_norm */
+  BASE_CAPACITY, /* capacity_factor 1.25: dropped tokens */
+  BASE_MLA_QK_FULL,
+} base_t;
 
 static void load_base(base_t base, xm_spec_t *s) {
   char path[512];
@@ -44,6 +54,16 @@ static void load_base(base_t base, xm_spec_t *s) {
   case BASE_ODD_TOKENS:
     s->training.micro_batch = 1;
     s->training.seq_len = 127;
+    break;
+  case BASE_QK_FULL: s->model.qk_norm = XM_QK_NORM_FULL; break;
+  case BASE_QK_HEAD: s->model.qk_norm = XM_QK_NORM_HEAD; break;
+  case BASE_CAPACITY:
+    s->moe.has_capacity = true;
+    s->moe.capacity_factor = 1.25;
+    break;
+  case BASE_MLA_QK_FULL:
+    s->model.attention = XM_ATTN_MLA;
+    s->model.qk_norm = XM_QK_NORM_FULL;
     break;
   default: break;
   }
@@ -140,7 +160,7 @@ static const layout_case_t cases[] = {
        "(ep is 1)"}}},
     {"rbd inside one node",
      BASE_TINY,
-     {2, 2, 2, false, true, 0, 2},
+     {2, 2, 2, true, true, 0, 2},
      SPEC,
      XM_OK,
      {{W, "/parallel/rbd",
@@ -170,7 +190,7 @@ static const layout_case_t cases[] = {
      {{E, "--zero", "zero must be 0 or 1 (ZeRO-1 shards optimizer states), got 2"}}},
     {"zero with nothing to shard",
      BASE_TINY,
-     {1, 2, 2, false, false, 1, 0},
+     {1, 2, 2, true, false, 1, 0},
      SPEC,
      XM_OK,
      {{W, "/parallel/zero",
@@ -220,6 +240,80 @@ static const layout_case_t cases[] = {
       {E, "/parallel/rbd",
        "rbd deduplicates the expert dispatch across the nodes of an EP group and needs ep > 1 "
        "(ep is 1)"}}},
+    /* ---- ep with tp needs ssmb ---- */
+    {"ep and tp without ssmb, from flags",
+     BASE_TINY,
+     {2, 2, 2, false, false, 0, 0},
+     FLAGS,
+     XM_ERR_INVALID_INPUT,
+     {{E, "--ep",
+       "ep (2) with tp (2) needs ssmb (--ssmb): without it the ranks of a TP group hold the "
+       "same tokens and would send every token tp times"}}},
+    {"ep and tp without ssmb, from the spec",
+     BASE_TINY,
+     {1, 4, 4, false, false, 0, 0},
+     SPEC,
+     XM_ERR_INVALID_INPUT,
+     {{E, "/parallel/ep",
+       "ep (4) with tp (4) needs ssmb (/parallel/ssmb): without it the ranks of a TP group hold "
+       "the same tokens and would send every token tp times"},
+      {E, "/parallel/tp", "tp (4) must divide kv_heads (2, /model/kv_heads)"}}},
+    {"ep with tp 1 needs no ssmb", BASE_TINY, {4, 1, 4, false, false, 0, 0}, FLAGS, XM_OK, {{0}}},
+    {"tp without ep needs no ssmb", BASE_TINY, {2, 2, 1, false, false, 0, 0}, FLAGS, XM_OK, {{0}}},
+    /* ---- qk_norm "full" cannot be split by TP ---- */
+    {"qk_norm full with tp",
+     BASE_QK_FULL,
+     {1, 2, 1, false, false, 0, 0},
+     FLAGS,
+     XM_ERR_UNSUPPORTED,
+     {{E, "--tp",
+       "tp (2) cannot split qk_norm \"full\" (/model/qk_norm) yet: the norm runs over the whole "
+       "q and k projections, which tensor parallelism splits by heads; use tp 1"}}},
+    {"qk_norm full with tp and a layout error",
+     BASE_QK_FULL,
+     {1, 2, 1, false, false, 0, 3},
+     SPEC,
+     XM_ERR_INVALID_INPUT,
+     {{E, "/parallel/tp",
+       "tp (2) cannot split qk_norm \"full\" (/model/qk_norm) yet: the norm runs over the whole "
+       "q and k projections, which tensor parallelism splits by heads; use tp 1"},
+      {E, "/cluster/ranks_per_node", "ranks_per_node (3) must divide the world size dp*tp (2)"}}},
+    {"qk_norm full without tp", BASE_QK_FULL, {2, 1, 2, false, false, 1, 0}, SPEC, XM_OK, {{0}}},
+    {"qk_norm head with tp", BASE_QK_HEAD, {1, 2, 2, true, false, 0, 0}, FLAGS, XM_OK, {{0}}},
+    {"mla and qk_norm full with tp: both unsupported",
+     BASE_MLA_QK_FULL,
+     {1, 2, 1, false, false, 0, 0},
+     SPEC,
+     XM_ERR_UNSUPPORTED,
+     {{E, "/model/attention",
+       "attention \"mla\" cannot be trained yet (check and plan count it); use \"mha\" or "
+       "\"gqa\""},
+      {E, "/parallel/tp",
+       "tp (2) cannot split qk_norm \"full\" (/model/qk_norm) yet: the norm runs over the whole "
+       "q and k projections, which tensor parallelism splits by heads; use tp 1"}}},
+    /* ---- rbd with a capacity factor ---- */
+    {"rbd with a capacity",
+     BASE_CAPACITY,
+     {2, 1, 2, false, true, 0, 1},
+     FLAGS,
+     XM_ERR_UNSUPPORTED,
+     {{E, "--rbd",
+       "rbd with a capacity factor (1.25, /moe/capacity_factor) is not supported yet: the "
+       "deduplicated dispatch is dropless only; turn rbd off or make the model dropless "
+       "(capacity_factor null)"}}},
+    {"rbd with a capacity and without ep",
+     BASE_CAPACITY,
+     {2, 1, 1, false, true, 0, 0},
+     SPEC,
+     XM_ERR_INVALID_INPUT,
+     {{E, "/parallel/rbd",
+       "rbd deduplicates the expert dispatch across the nodes of an EP group and needs ep > 1 "
+       "(ep is 1)"},
+      {E, "/parallel/rbd",
+       "rbd with a capacity factor (1.25, /moe/capacity_factor) is not supported yet: the "
+       "deduplicated dispatch is dropless only; turn rbd off or make the model dropless "
+       "(capacity_factor null)"}}},
+    {"capacity without rbd", BASE_CAPACITY, {2, 1, 2, false, false, 0, 1}, FLAGS, XM_OK, {{0}}},
 };
 
 static void run_case(const layout_case_t *c) {

@@ -10,7 +10,10 @@
  * falls on a learnable stream; every --log line parses and has the fields;
  * --json summaries parse; a run resumed from step 3 logs exactly the bits
  * of the uninterrupted run; evaluation reads the checkpoint; a NaN loss
- * ends the run with exit code 1 naming the step.
+ * ends the run with exit code 1 naming the step; the layout banner, the
+ * (zero) traffic of one rank in the log and the summary, --traffic, and
+ * a program compiled for 2 ranks refused on 1. The multi-rank driver is
+ * tested on 4 ranks in test_mpi4_shard_io.c.
  *
  * MPI can be initialised once per process: main() initialises it so that
  * the driver's context never owns (and never finalises) it. The NaN test
@@ -60,9 +63,9 @@ enum {
 #define A_OFF(i) ((int64_t)(i) * 1024)
 #define UP_NAME "model.layers.0.mlp.experts.{e}.up_proj.weight"
 #define W(name, cat, rank, d0, d1, d2, off, bytes, init, std, param) \
-  {name, cat, XM_RT_F32, rank, {d0, d1, d2}, 1, off, bytes, init, std, init != 0, param}
+  {name, cat, XM_RT_F32, rank, {d0, d1, d2}, 1, off, bytes, init, std, init != 0, param, 0, 0, 0}
 #define A(name, cat, dt, d0, d1, off, bytes) \
-  {name, cat, dt, d1 ? 2 : 0, {d0, d1}, 0, off, bytes, 0, 0.0f, 0, -1}
+  {name, cat, dt, d1 ? 2 : 0, {d0, d1}, 0, off, bytes, 0, 0.0f, 0, -1, 0, 0, 0}
 
 static const xm_rt_tensor_t k_tensors[T_COUNT] = {
   [T_EMBED]   = W("model.embed_tokens.weight", XM_RT_CAT_WEIGHTS, 2, V, H, 0, P_OFF(0), VH, XM_RT_INIT_NORMAL, 0.5f, -1),
@@ -201,6 +204,8 @@ static char *slurp(const char *path) {
 
 /* Runs the driver on argv {"train", args..., NULL} with stdout and stderr
  * captured into *out / *err (owned by the caller; may be NULL). */
+static const xm_rt_program_t *g_program = &k_toy; /* what run_train runs */
+
 static int run_train(const char *const *args, char **out, char **err) {
   char *argv[64];
   int argc = 0;
@@ -218,7 +223,7 @@ static int run_train(const char *const *args, char **out, char **err) {
   dup2(fe, 2);
   close(fo);
   close(fe);
-  int rc = xm_rt_train_main(argc, argv, &k_toy);
+  int rc = xm_rt_train_main(argc, argv, g_program);
   fflush(stdout);
   fflush(stderr);
   dup2(saved_out, 1);
@@ -350,6 +355,13 @@ static void test_bad_flags(void **state) {
   expect_exit2((const char *[]){"--data", d, "--log", tpath("no/such/dir/log"), "--steps", "1",
                                 "--quiet", NULL},
                "cannot open the log");
+  expect_exit2((const char *[]){"--data", d, "--traffic", tpath("no/such/dir/t"), "--steps", "1",
+                                "--quiet", NULL},
+               "no/such/dir/t: cannot open the traffic file");
+  expect_exit2(
+      (const char *[]){"--data", d, "--eval", "--ckpt", tpath("x"), "--traffic", tpath("t"), NULL},
+      "--traffic: has no effect with --eval");
+  expect_exit2((const char *[]){"--data", d, "--traffic", NULL}, "--traffic: missing value");
 }
 
 static void test_help(void **state) {
@@ -358,6 +370,7 @@ static void test_help(void **state) {
   assert_int_equal(run_train((const char *[]){"--help", NULL}, &out, NULL), 0);
   assert_non_null(strstr(out, "--data PATH"));
   assert_non_null(strstr(out, "--eval-fraction X"));
+  assert_non_null(strstr(out, "--traffic FILE"));
   assert_non_null(strstr(out, "toy-bigram"));
   free(out);
 }
@@ -485,6 +498,17 @@ static void test_json_summary(void **state) {
   cJSON *arr = read_log(log);
   assert_int_equal(cJSON_GetArraySize(arr), 5);
   assert_true(num(j, "final_loss") == num(cJSON_GetArrayItem(arr, 4), "loss"));
+  /* one rank: every step's traffic is zero, in the log and the summary */
+  for (int i = 0; i < 5; i++) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(arr, i), "traffic");
+    assert_true(cJSON_IsObject(t));
+    assert_true(num(t, "intra_bytes") == 0 && num(t, "inter_bytes") == 0);
+    assert_true(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(t, "by_phase"), "dispatch")));
+  }
+  const cJSON *tj = cJSON_GetObjectItemCaseSensitive(j, "traffic");
+  assert_true(cJSON_IsObject(tj));
+  assert_true(num(tj, "intra_bytes") == 0);
   cJSON_Delete(arr);
   cJSON_Delete(j);
   free(out);
@@ -656,6 +680,36 @@ static void test_eval(void **state) {
   free(out);
 }
 
+/* The banner names the layout; --traffic writes nothing on one rank (no
+ * collective is called) but creates the file; a program compiled for
+ * dp 2 does not run on 1 rank. */
+static void test_layout(void **state) {
+  (void)state;
+  char *err = NULL;
+  const char *traffic = tpath("one.traffic");
+  int rc = run_train((const char *[]){"--data", g_data, "--steps", "2", "--traffic", traffic,
+                                      "--progress", "never", NULL},
+                     NULL, &err);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(err, "layout dp1 tp1 ep1 zero0 on 1 rank (1 per node)"));
+  free(err);
+  assert_int_equal(access(traffic, F_OK), 0);
+  char *text = slurp(traffic);
+  assert_string_equal(text, "");
+  free(text);
+  xm_rt_program_t two = k_toy;
+  two.dp = 2;
+  two.ep = 2;
+  g_program = &two;
+  rc = run_train((const char *[]){"--data", g_data, "--steps", "1", "--quiet", NULL}, NULL, &err);
+  g_program = &k_toy;
+  if (rc != 2) fprintf(stderr, "%s", err);
+  assert_int_equal(rc, 2);
+  assert_non_null(
+      strstr(err, "compiled for dp 2 x tp 1 = 2 ranks, but it runs on 1 rank (mpirun -np 2"));
+  free(err);
+}
+
 /* ---- NaN: runs in a child forked before MPI starts ------------------------------------ */
 
 static int g_nan_status = -1;
@@ -720,6 +774,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_progress),
       cmocka_unit_test(test_resume_bit_identical),
       cmocka_unit_test(test_eval),
+      cmocka_unit_test(test_layout),
       cmocka_unit_test(test_nan_aborts),
   };
   int failed = cmocka_run_group_tests(tests, setup, teardown);

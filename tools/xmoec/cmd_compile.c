@@ -1,9 +1,23 @@
 /* tools/xmoec/cmd_compile.c — `xmoec compile`: a spec to a training program.
  *
  *   spec (+ cluster) -> forward graph (ir/model.c) -> the pass pipeline
- *   "autodiff{...},canonicalize,plan-memory,schedule" -> out/program.c,
- *   out/main.c, out/config.json, out/model.xir, out/manifest.json ->
- *   the system C compiler with the runtime archives -> out/train.
+ *   "[shard{...},]autodiff{...},canonicalize,plan-memory,schedule" ->
+ *   out/program.c, out/main.c, out/config.json, out/model.xir,
+ *   out/manifest.json -> the system C compiler with the runtime archives ->
+ *   out/train.
+ *
+ * The parallel layout is the spec's (its "parallel" section and the
+ * cluster's ranks_per_node, frontend/layout.h) with each layout flag
+ * (--dp --tp --ep --ssmb --rbd --zero --ranks-per-node) overriding its knob;
+ * xm_layout_check judges it before anything is built, placing refusals at
+ * the flags when any was given, else at /parallel/... . With more than one
+ * rank (dp*tp > 1) the pipeline starts with the shard pass, which turns the
+ * forward graph into one rank's graph with its collectives, and gradient
+ * accumulation counts the micro-batches of one rank:
+ * global_batch / (micro_batch * dp). With one rank the pipeline is the
+ * single-process one, unchanged. The user never writes the pipeline, so it
+ * is printed as a note when lowering fails; the report names the layout
+ * and, after a build, the mpirun line that starts the program.
  *
  * Problems with what the user gave (flags, spec, an architecture training
  * cannot do yet, an output folder that cannot be written) exit 2 with their
@@ -29,6 +43,7 @@
 #include <unistd.h>
 
 #include "codegen/c_program.h"
+#include "frontend/layout.h"
 #include "frontend/spec.h"
 #include "ir/model.h"
 #include "ir/text.h"
@@ -48,17 +63,22 @@ typedef struct {
   const char *out_dir;
   const char *cc;
   bool print_after_all, timing, no_build, print_flags;
+  int64_t layout_value[XM_LAYOUT_RANKS_PER_NODE + 1]; /* by xm_layout_knob_t */
+  unsigned layout_given; /* bit 1 << xm_layout_knob_t per layout flag given */
 } compile_args_t;
 
 static void compile_usage(FILE *out) {
   fprintf(out,
           "usage: xmoec compile MODEL.json [--cluster FILE] -o OUT [--no-build] [--cc CC]\n"
-          "                     [--print-ir-after-all] [--timing]\n"
+          "                     [--dp N] [--tp N] [--ep N] [--ssmb] [--rbd] [--zero N]\n"
+          "                     [--ranks-per-node N] [--print-ir-after-all] [--timing]\n"
           "       xmoec compile --print-build-flags\n"
           "\n"
           "Builds the training program of a model: forward graph, autodiff, memory\n"
           "plan and schedule, then C code in OUT/ (program.c, main.c, config.json,\n"
           "model.xir, manifest.json), compiled with the runtime into OUT/train.\n"
+          "With dp*tp > 1 ranks the program is one rank's share: run it with\n"
+          "mpirun -np <dp*tp> OUT/train ... (docs/parallelism.md).\n"
           "\n"
           "  -o OUT                 output folder (created if missing)\n"
           "  --cluster FILE         a cluster description checked with the spec\n"
@@ -67,7 +87,16 @@ static void compile_usage(FILE *out) {
           "  --print-ir-after-all   print the module to stderr after every pass\n"
           "  --timing               per-pass time table on stderr\n"
           "  --print-build-flags    print the compiler, flags and libraries used to\n"
-          "                         build a program (lines cc:, cflags:, libs:)\n");
+          "                         build a program (lines cc:, cflags:, libs:)\n"
+          "\n"
+          "Parallel layout (each flag overrides the spec's \"parallel\" section):\n"
+          "  --dp N                 data-parallel degree (N >= 1)\n"
+          "  --tp N                 tensor-parallel degree; world = dp*tp ranks\n"
+          "  --ep N                 expert-parallel degree (divides experts and dp*tp)\n"
+          "  --ssmb                 shard MoE blocks' tokens over the TP group\n"
+          "  --rbd                  redundancy-bypassing dispatch across nodes\n"
+          "  --zero N               ZeRO stage: 0, or 1 to shard optimizer states\n"
+          "  --ranks-per-node N     ranks per node (0: unknown; default the cluster's)\n");
 }
 
 static const char *flag_value(int argc, char **argv, int *i, const char *flag, bool *missing) {
@@ -91,15 +120,93 @@ static bool switch_flag(const char *arg, compile_args_t *a) {
   return true;
 }
 
+/* ---- layout flags -------------------------------------------------------- */
+
+/* The valued layout flags; --ssmb and --rbd are switches. */
+static const struct {
+  const char *flag;
+  xm_layout_knob_t knob;
+  int64_t min, max;
+  const char *expected;
+} k_layout_flags[] = {
+    {"--dp", XM_LAYOUT_DP, 1, INT64_MAX, "a positive integer"},
+    {"--tp", XM_LAYOUT_TP, 1, INT64_MAX, "a positive integer"},
+    {"--ep", XM_LAYOUT_EP, 1, INT64_MAX, "a positive integer"},
+    {"--zero", XM_LAYOUT_ZERO, 0, 1, "0 or 1"},
+    {"--ranks-per-node", XM_LAYOUT_RANKS_PER_NODE, 0, INT64_MAX, "an integer >= 0 (0: unknown)"},
+};
+
+/* A whole decimal integer in [min, max] ("2x", "", " 2" and overflow are
+ * not). */
+static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
+  if (!s[0] || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9'))) return false;
+  errno = 0;
+  char *end = NULL;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end || v < min || v > max) return false;
+  *out = v;
+  return true;
+}
+
+static void set_knob(xm_layout_t *l, xm_layout_knob_t knob, int64_t v) {
+  switch (knob) {
+  case XM_LAYOUT_DP: l->dp = v; break;
+  case XM_LAYOUT_TP: l->tp = v; break;
+  case XM_LAYOUT_EP: l->ep = v; break;
+  case XM_LAYOUT_SSMB: l->ssmb = v != 0; break;
+  case XM_LAYOUT_RBD: l->rbd = v != 0; break;
+  case XM_LAYOUT_ZERO: l->zero = (int)v; break;
+  case XM_LAYOUT_RANKS_PER_NODE: l->ranks_per_node = v; break;
+  }
+}
+
+/* Consumes argv[*i] when it is a layout flag: *out_rc is 0, or 2 after a
+ * bad or missing value (reported). Returns false for any other argument. */
+static bool layout_flag(int argc, char **argv, int *i, compile_args_t *a, int *out_rc) {
+  *out_rc = 0;
+  const char *arg = argv[*i];
+  if (strcmp(arg, "--ssmb") == 0 || strcmp(arg, "--rbd") == 0) {
+    xm_layout_knob_t knob = arg[2] == 's' ? XM_LAYOUT_SSMB : XM_LAYOUT_RBD;
+    a->layout_value[knob] = 1;
+    a->layout_given |= 1u << knob;
+    return true;
+  }
+  for (size_t k = 0; k < sizeof k_layout_flags / sizeof k_layout_flags[0]; k++) {
+    bool missing = false;
+    const char *v = flag_value(argc, argv, i, k_layout_flags[k].flag, &missing);
+    if (missing) {
+      fprintf(stderr, "xmoec compile: error: %s needs a value (%s)\n", k_layout_flags[k].flag,
+              k_layout_flags[k].expected);
+      *out_rc = 2;
+      return true;
+    }
+    if (!v) continue;
+    int64_t n;
+    if (!parse_int(v, k_layout_flags[k].min, k_layout_flags[k].max, &n)) {
+      fprintf(stderr, "xmoec compile: error: %s needs %s, got '%s'\n", k_layout_flags[k].flag,
+              k_layout_flags[k].expected, v);
+      *out_rc = 2;
+      return true;
+    }
+    a->layout_value[k_layout_flags[k].knob] = n;
+    a->layout_given |= 1u << k_layout_flags[k].knob;
+    return true;
+  }
+  return false;
+}
+
 /* Returns 0 to go on, else an exit code; *out_help after --help. */
 static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *out_help) {
   for (int i = 0; i < argc; i++) {
     bool missing = false;
     const char *v;
+    int rc = 0;
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       *out_help = true;
       return 0;
     } else if (switch_flag(argv[i], a)) {
+    } else if (layout_flag(argc, argv, &i, a, &rc)) {
+      if (rc) return rc;
     } else if ((v = flag_value(argc, argv, &i, "--cluster", &missing))) {
       a->cluster = v;
     } else if ((v = flag_value(argc, argv, &i, "--cc", &missing))) {
@@ -301,6 +408,7 @@ typedef struct {
   char *spec_text, *cluster_text;
   size_t spec_len, cluster_len;
   xm_spec_t spec;
+  xm_layout_t layout; /* the spec's, with the flags applied; checked */
   xm_ir_module_t *m;
   xm_strbuf_t pipeline, program, main_c, config, xir;
   xm_mem_report_t mem;
@@ -338,25 +446,41 @@ static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
   if (st == XM_OK && c->a.cluster)
     st = xm_spec_load_cluster_text(c->cluster_text, c->cluster_len, c->a.cluster, diag, &c->spec);
   if (st == XM_OK && xm_diag_error_count(diag)) st = XM_ERR_INVALID_INPUT;
-  if (st != XM_OK) return st;
+  return st;
+}
+
+/* The spec's layout with the given flags applied, checked (the batch rule
+ * global_batch % (micro_batch*dp) = 0 among the others). Warnings stay in
+ * `diag` and are printed with everything else. */
+static xm_status_t resolve_layout(compile_t *c, xm_diag_t *diag) {
+  xm_layout_from_spec(&c->spec, &c->layout);
+  for (int k = XM_LAYOUT_DP; k <= XM_LAYOUT_RANKS_PER_NODE; k++)
+    if (c->a.layout_given & (1u << k)) set_knob(&c->layout, k, c->a.layout_value[k]);
+  xm_layout_origin_t origin = c->a.layout_given ? XM_LAYOUT_FROM_FLAGS : XM_LAYOUT_FROM_SPEC;
+  return xm_layout_check(&c->spec, &c->layout, origin, c->a.input, diag);
+}
+
+/* "[shard{...},]autodiff{...},canonicalize,plan-memory,schedule". The
+ * shard pass's options are all spelled out, so the manifest records the
+ * whole layout. */
+static void build_pipeline(compile_t *c) {
+  const xm_layout_t *l = &c->layout;
   const xm_training_spec_t *t = &c->spec.training;
-  if (t->global_batch % t->micro_batch != 0) {
-    xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, "/training/global_batch",
-                "global_batch %lld is not a multiple of micro_batch %lld on a single rank",
-                (long long)t->global_batch, (long long)t->micro_batch);
-    return XM_ERR_INVALID_INPUT;
-  }
-  return XM_OK;
+  if (xm_layout_world(l) > 1)
+    xm_strbuf_printf(&c->pipeline,
+                     "shard{dp=%lld tp=%lld ep=%lld ssmb=%d rbd=%d zero=%d ranks-per-node=%lld},",
+                     (long long)l->dp, (long long)l->tp, (long long)l->ep, l->ssmb ? 1 : 0,
+                     l->rbd ? 1 : 0, l->zero, (long long)l->ranks_per_node);
+  xm_strbuf_printf(&c->pipeline, "autodiff{grad-accum=%lld aux-free-gamma=",
+                   (long long)(t->global_batch / (t->micro_batch * l->dp)));
+  xm_strbuf_put_double(&c->pipeline, c->spec.moe.aux_free_gamma);
+  xm_strbuf_puts(&c->pipeline, "},canonicalize,plan-memory,schedule");
 }
 
 /* Graph, passes and the generated texts. */
 static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
   XM_RETURN_IF_ERROR(xm_ir_build_model(&c->spec, c->a.input, diag, &c->m));
-  const xm_training_spec_t *t = &c->spec.training;
-  xm_strbuf_printf(&c->pipeline, "autodiff{grad-accum=%lld aux-free-gamma=",
-                   (long long)(t->global_batch / t->micro_batch));
-  xm_strbuf_put_double(&c->pipeline, c->spec.moe.aux_free_gamma);
-  xm_strbuf_puts(&c->pipeline, "},canonicalize,plan-memory,schedule");
+  build_pipeline(c);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
   po.print_ir_after_all = c->a.print_after_all;
@@ -398,17 +522,40 @@ static int write_outputs(compile_t *c) {
   return rc;
 }
 
+/* "layout: dp2 tp2 ep4 ssmb, 4 ranks (2 per node)", or "(one rank)". */
+static void print_layout(const xm_layout_t *l) {
+  char name[96];
+  xm_layout_format(l, name, sizeof name);
+  int64_t world = xm_layout_world(l);
+  if (world == 1) {
+    printf("layout: %s (one rank)\n", name);
+    return;
+  }
+  printf("layout: %s, %lld ranks", name, (long long)world);
+  if (l->ranks_per_node > 0) printf(" (%lld per node)", (long long)l->ranks_per_node);
+  printf("\n");
+}
+
 static int compile(compile_t *c) {
   xm_diag_t diag;
   xm_diag_init(&diag);
   fprintf(stderr, "compiling %s ...\n", c->a.input);
   xm_status_t st = load_inputs(c, &diag);
-  if (st == XM_OK) st = lower(c, &diag);
+  if (st == XM_OK) st = resolve_layout(c, &diag);
+  if (st == XM_OK) {
+    st = lower(c, &diag);
+    /* The user never wrote the pipeline: show it, so that "pipeline:N"
+     * places and errors after the shard pass can be read. */
+    if (st != XM_OK && c->pipeline.len)
+      xm_diag_add(&diag, XM_DIAG_NOTE, NULL, NULL, "the pass pipeline was: %s",
+                  xm_strbuf_cstr(&c->pipeline));
+  }
   if (st != XM_OK && xm_diag_error_count(&diag) == 0)
     xm_diag_add(&diag, XM_DIAG_ERROR, c->a.input, NULL, "%s", xm_status_name(st));
   xm_diag_print(&diag, stderr);
   xm_diag_free(&diag);
   if (st != XM_OK) return xm_status_exit_code(st);
+  print_layout(&c->layout);
   xm_strbuf_t report;
   xm_strbuf_init(&report);
   xm_plan_memory_print_report(&c->mem, &report);
@@ -422,7 +569,15 @@ static int compile(compile_t *c) {
   fprintf(stderr, "building %s ...\n", xm_strbuf_cstr(&train));
   fflush(stdout);
   rc = run_compiler(&c->a);
-  if (!rc) printf("built %s\n", xm_strbuf_cstr(&train));
+  if (!rc) {
+    printf("built %s\n", xm_strbuf_cstr(&train));
+    int64_t world = xm_layout_world(&c->layout);
+    if (world > 1)
+      printf("run it on %lld ranks: mpirun -np %lld %s --data PATH ... (docs/train.md)\n",
+             (long long)world, (long long)world, xm_strbuf_cstr(&train));
+    else
+      printf("run it: %s --data PATH ... (docs/train.md)\n", xm_strbuf_cstr(&train));
+  }
   xm_strbuf_free(&train);
   return rc;
 }
