@@ -47,6 +47,7 @@
 #include "runtime/comm.h"
 #include "runtime/data.h"
 #include "runtime/progress.h"
+#include "runtime/rbd_exec.h"
 #include "runtime/rng.h"
 #include "runtime/shard_io.h"
 #include "runtime/train_flags.h"
@@ -658,6 +659,18 @@ static xm_status_t report_traffic(trainer_t *t, int64_t s, FILE *matrix) {
     fprintf(stderr, "\n");
   }
   xm_diag_free(&diag);
+  if (st == XM_OK && t->p->rbd) {
+    /* The step's inter-node dispatch rows: sent by RBD (one per (token,
+     * node)) and what a flat dispatch of the same routing would send (one
+     * per (token, expert) on another node), summed over the ranks. */
+    int64_t v[2] = {0, 0};
+    xm_rt_rbd_stats(&t->x, &v[0], &v[1], 1);
+    MPI_Reduce(t->ctx.rank == 0 ? MPI_IN_PLACE : v, v, 2, MPI_INT64_T, MPI_SUM, 0,
+               t->ctx.world_comm);
+    if (t->ctx.rank == 0 && json.len)
+      xm_strbuf_printf(&json, ",\"rbd\":{\"inter_rows\":%" PRId64 ",\"flat_inter_rows\":%" PRId64 "}",
+                       v[0], v[1]);
+  }
   free(t->last_traffic);
   t->last_traffic = t->ctx.rank == 0 && json.len ? xm_strbuf_take(&json) : NULL;
   xm_strbuf_free(&json);
@@ -825,6 +838,7 @@ static void cleanup(trainer_t *t) {
   free(t->resume_path);
   free(t->last_ckpt);
   free(t->last_traffic);
+  xm_rt_rbd_exec_free(&t->x);
   xm_rt_full_view_destroy(&t->view);
   if (t->comm) xm_rt_comm_destroy(t->comm); /* collective: every rank gets here */
   if (t->have_ctx) xm_rt_context_destroy(&t->ctx);

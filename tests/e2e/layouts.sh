@@ -154,6 +154,29 @@ for name in names[1:] + ["cross1", "cross2"]:
                 ok = False
                 line += "  FAIL (> 1e-3)"
     print(line)
+# RBD volume (step 1: both programs route the same tokens the same way).
+# The flat program's measured inter-node dispatch bytes are 2 x rows x 4H
+# (the forward dispatch and the backward of the combine); they must equal
+# the (token, expert)-on-another-node slots the RBD program counts from its
+# routing. The RBD program's measured bytes must be its pilot rows times
+# its byte model (4(H+2k) forward, 4H for the gradient rows); pilots are
+# fewer than the flat rows. (That pilots equal the distinct (token, node)
+# pairs exactly is asserted on known routings in test_mpi4_rbd_exec.)
+H, k = 64, 2
+flat = log(os.path.join(work, "ep4.jsonl"))[1]["traffic"]["by_phase"]["dispatch"]["inter"]
+r1 = log(os.path.join(work, "ep4_rbd.jsonl"))[1]
+rbd = r1.get("rbd")
+rbd_bytes = r1["traffic"]["by_phase"]["dispatch"]["inter"]
+if not rbd:
+    print("FAIL: the RBD run's log has no rbd member")
+    ok = False
+else:
+    good = (flat == 2 * rbd["flat_inter_rows"] * 4 * H and
+            rbd_bytes == rbd["inter_rows"] * (4 * (H + 2 * k) + 4 * H) and
+            0 < rbd["inter_rows"] < rbd["flat_inter_rows"])
+    print(f"RBD step 1: {rbd['inter_rows']} pilot rows across nodes vs {rbd['flat_inter_rows']} flat; "
+          f"dispatch bytes across nodes {rbd_bytes} vs {flat} flat: {'ok' if good else 'FAIL'}")
+    ok = ok and good
 for name in ("ep4", "ep4_rbd"):
     run = log(os.path.join(work, f"skew_{name}.jsonl"))
     good = sorted(run) == [1, 2, 3] and all(np.isfinite(r["loss"]) for r in run.values())
