@@ -561,6 +561,11 @@ static bool emit_spmd(gen_t *g, const xm_ir_op_t *op) {
       EMIT("xm_rt_all_gather(x, %s, %d, %s, %s, " I64 ");", group_const(g, op), layer_of(op),
            A(0), R(0), numel(IN(0)));
     break;
+  case XM_OP_REDUCE_SCATTER:
+    if (leading_static(g, op))
+      EMIT("xm_rt_reduce_scatter(x, %s, %d, %s, %s, " I64 ");", group_const(g, op), layer_of(op),
+           A(0), R(0), numel(OUT(0)));
+    break;
   case XM_OP_NARROW:
     if (leading_static(g, op))
       EMIT("xm_rt_narrow(x, %s, %s, %s, " I64 ", %zu);", group_const(g, op), A(0), R(0),

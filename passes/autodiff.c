@@ -275,6 +275,10 @@ static void grad_comm(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
     if (!needs(a, x[0])) return;
     b = OP1(a, XM_OP_ALL_GATHER, x[0]->type, dy);
     break;
+  case XM_OP_REDUCE_SCATTER: /* this member's slice of a sum of replicas' partials */
+    if (!needs(a, x[0])) return;
+    b = OP1(a, XM_OP_ALL_GATHER, x[0]->type, dy);
+    break;
   case XM_OP_ALL_GATHER: /* dy is replicated: this member's slice is its share */
     if (!needs(a, x[0])) return;
     b = OP1(a, XM_OP_NARROW, x[0]->type, dy);
@@ -339,6 +343,7 @@ static xm_status_t differentiate(ad_t *a, xm_ir_op_t *op, int pos, xm_ir_value_t
   case XM_OP_ALL_REDUCE:
   case XM_OP_NARROW:
   case XM_OP_ALL_GATHER:
+  case XM_OP_REDUCE_SCATTER:
   case XM_OP_ALL_TO_ALL:
   case XM_OP_SORT_CHUNKS:
   case XM_OP_UNSORT_CHUNKS:

@@ -9,6 +9,8 @@
  *   add(x, constant 0.0), add(0.0, x)     -> x, when x's type is exactly the
  *                                            result type (a broadcast zero
  *                                            still changes the shape)
+ *   narrow(all_reduce(x)) {same group}    -> reduce_scatter(x), when the sum
+ *                                            has no other use
  * A rewrite either forwards the uses of an op's result to an existing value
  * or re-points an operand; the op left without users goes in the DCE sweep
  * that ends every round. One forward sweep sees chains in definition order,
@@ -16,6 +18,7 @@
  * rewrites that a DCE enables. Option dce-only=true skips the rewrites.
  */
 #include <stdbool.h>
+#include <string.h>
 
 #include "passes/pass.h"
 #include "passes/rewrite.h"
@@ -79,6 +82,26 @@ static bool rewrite_add(xm_ir_module_t *m, xm_ir_op_t *op) {
   return false;
 }
 
+/* narrow(all_reduce(x)) over one group, the sum used nowhere else: each
+ * member keeps only its slice of the sum, which is a reduce_scatter (half
+ * the bytes of the all-reduce, DESIGN.md 4.3). The narrow becomes the
+ * reduce_scatter in place (same attrs group, group_size, dim; same result
+ * type); the all-reduce dies in the DCE sweep. */
+static bool rewrite_narrow(xm_ir_module_t *m, xm_ir_op_t *op) {
+  (void)m;
+  xm_ir_value_t *x = op->operands[0];
+  const xm_ir_op_t *ar = x->def;
+  if (!ar || ar->code != XM_OP_ALL_REDUCE || x->num_uses != 1) return false;
+  const char *g1 = xm_ir_op_get_string(op, "group", NULL);
+  const char *g2 = xm_ir_op_get_string(ar, "group", NULL);
+  if (!g1 || !g2 || strcmp(g1, g2) != 0 ||
+      xm_ir_op_get_int(op, "group_size", 0) != xm_ir_op_get_int(ar, "group_size", -1))
+    return false;
+  op->code = XM_OP_REDUCE_SCATTER;
+  xm_ir_op_set_operand(op, 0, ar->operands[0]);
+  return true;
+}
+
 static bool rewrite_round(xm_ir_module_t *m) {
   bool changed = false;
   for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
@@ -92,6 +115,7 @@ static bool rewrite_round(xm_ir_module_t *m) {
     case XM_OP_RESHAPE: changed |= rewrite_reshape(m, op); break;
     case XM_OP_SCALE: changed |= rewrite_scale(m, op); break;
     case XM_OP_ADD: changed |= rewrite_add(m, op); break;
+    case XM_OP_NARROW: changed |= rewrite_narrow(m, op); break;
     default: break;
     }
   }
@@ -119,7 +143,7 @@ static const char *const k_options[] = {"dce-only", NULL};
 
 const xm_pass_info_t xm_pass_canonicalize = {
     .name = "canonicalize",
-    .summary = "fold reshapes, unit and nested scales, additions of zero; remove dead ops",
+    .summary = "fold reshapes, unit and nested scales, additions of zero, narrowed all-reduces; remove dead ops",
     .option_names = k_options,
     .run = canonicalize_run,
 };

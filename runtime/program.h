@@ -119,4 +119,9 @@ float xm_rt_clip_coef(float norm_sq, float clip);
 void xm_rt_fail(const xm_rt_exec_t *x, const char *fmt, ...)
     __attribute__((format(printf, 2, 3), noreturn));
 
+/* Fault injection for the failure tests: true when the environment
+ * variable XM_FAULT is "KIND:RANK:STEP" with this KIND, this world rank and
+ * x->step == STEP (runtime/fail.c). Never set in normal runs. */
+int xm_rt_fault(const xm_rt_exec_t *x, const char *kind);
+
 #endif /* XM_RUNTIME_PROGRAM_H */

@@ -148,6 +148,26 @@ void xm_rt_all_gather(xm_rt_exec_t *x, int group, int layer, const float *in, fl
                xm_status_name(st));
 }
 
+void xm_rt_reduce_scatter(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
+                          int64_t n) {
+  (void)layer;
+  const xm_rt_comm_group_t *g = group_of(x, group, "reduce_scatter");
+  if (n < 0 || (n > 0 && (!in || !out)))
+    xm_rt_fail(x, "reduce_scatter: %lld elements at %p -> %p", (long long)n, (const void *)in,
+               (void *)out);
+  if (!g) {
+    if (n > 0 && in != out) memmove(out, in, (size_t)n * sizeof(float));
+    return;
+  }
+  if (n > INT_MAX)
+    xm_rt_fail(x, "reduce_scatter over the %s group: %lld elements per rank (at most %d)",
+               xm_rt_group_name(g->kind), (long long)n, INT_MAX);
+  xm_status_t st = xm_rt_comm_reduce_scatter(comm_of(x), (xm_rt_group_kind_t)group, in, n, out);
+  if (st != XM_OK)
+    xm_rt_fail(x, "reduce_scatter over the %s group: %s", xm_rt_group_name(g->kind),
+               xm_status_name(st));
+}
+
 void xm_rt_narrow(xm_rt_exec_t *x, int group, const void *in, void *out, int64_t n,
                   int64_t elem_bytes) {
   int64_t index = xm_rt_group_index(x, group);
@@ -215,6 +235,7 @@ int64_t xm_rt_all_to_all(xm_rt_exec_t *x, int group, int phase, int layer, const
                          int64_t width, float *recv, int64_t recv_bound) {
   const xm_rt_comm_group_t *g = group_of(x, group, "all_to_all");
   int64_t P = g ? g->size : 1;
+  if (xm_rt_fault(x, "arena")) recv_bound = 0; /* tests: a plan too small for the routing */
   if (L < 1 || width < 1 || recv_bound < 0 || (unsigned)phase >= XM_RT_PHASE_COUNT ||
       !send_counts || !recv_counts)
     xm_rt_fail(x, "all_to_all (layer %d): %lld local experts, rows of %lld, bound %lld, phase %d",

@@ -30,6 +30,10 @@ void xm_rt_all_reduce_i32(xm_rt_exec_t *x, int group, int layer, int32_t *buf, i
 /* out[size*n] = concatenation of every member's in[n] in group order. */
 void xm_rt_all_gather(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
                       int64_t n);
+/* out[n] = this member's slice [index*n, index*n + n) of the sum over the
+ * group of every member's in[size*n]. */
+void xm_rt_reduce_scatter(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
+                          int64_t n);
 /* out[n] = in[index*n .. index*n + n) (narrow of the leading dim; no
  * communication); elem_bytes is 4 for f32 and i32. */
 void xm_rt_narrow(xm_rt_exec_t *x, int group, const void *in, void *out, int64_t n,

@@ -615,6 +615,7 @@ static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double 
   t->data_pos += p->micro_batch * p->grad_accum * t->dp;
   *loss = sum / (double)p->grad_accum;
   *ce = sum_ce / (double)p->grad_accum;
+  if (xm_rt_fault(&t->x, "nan")) *loss = NAN; /* tests: runtime/fail.c */
   if (!isfinite(*loss))
     xm_rt_abort(&t->ctx, 1,
                 "step %" PRId64 ": the loss is %g (not finite); try a lower --lr or "

@@ -132,6 +132,19 @@ static void check_reductions(xm_rt_exec_t *x, xm_rt_comm_t *c, xm_rt_group_kind_
     CHECK(two[0] == 2 * g->index && two[1] == 2 * g->index + 1, "narrow i32 over %s: %d %d", name,
           two[0], two[1]);
   }
+  /* reduce_scatter: this member's slice of the sum (the canonicalized
+   * narrow(all_reduce)). */
+  for (int64_t k = 0; k < P * n; k++)
+    a[k] = value_of(r, k);
+  xm_rt_reduce_scatter(x, kind, -1, a, slice, n);
+  bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float want = 0;
+    for (int j = 0; j < P; j++)
+      want += value_of(g->members[j], g->index * n + i);
+    bad += slice[i] != want;
+  }
+  CHECK(bad == 0, "reduce_scatter over %s: %d wrong", name, bad);
   xm_rt_comm_traffic_reset(c);
   free(a);
   free(b);
