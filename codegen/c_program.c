@@ -54,6 +54,14 @@
  * own buffer); return emits nothing because the loss values stay where the
  * plan put them and the table's loss/ce_loss entries point there.
  *
+ * Trace hooks (runtime/trace.h): the comment line of every op that runs
+ * code (all but input and return) ends with XM_TRACE_OP(x, index, "name",
+ * layer, phase flags), and each function ends with XM_TRACE_DONE(x). The
+ * index is the op's position in the module (OUT/model.xir), the key by
+ * which `out/train --trace` events meet `xmoec inspect --format trace`
+ * predictions. A hook is one branch on x->trace when tracing is off; being
+ * on the comment line, it leaves the line structure of the code as is.
+ *
  * Output is deterministic: offsets, sizes and names come from the module,
  * numbers are printed with the shortest round-trip form, nothing depends
  * on addresses or time.
@@ -712,6 +720,21 @@ static bool comment_safe(const char *s) {
   return true;
 }
 
+/* The trace hook of an op that runs code (runtime/trace.h): its index,
+ * name, layer and phase flags. Input and return run nothing. */
+static void trace_hook(const gen_t *g, const xm_ir_op_t *op, xm_strbuf_t *c) {
+  if (op->code == XM_OP_INPUT || op->code == XM_OP_RETURN) return;
+  const char *phase = phase_of(op);
+  const char *flag = strcmp(phase, "bwd") == 0    ? "XM_RT_TRACE_BWD"
+                     : strcmp(phase, "step") == 0 ? "XM_RT_TRACE_STEP"
+                                                  : "XM_RT_TRACE_FWD";
+  const xm_ir_attr_t *layer = xm_ir_op_attr(op, "layer");
+  xm_strbuf_printf(c, " XM_TRACE_OP(x, %d, \"%s\", %d, %s%s);", g->op_index,
+                   xm_ir_opinfo(op->code)->name,
+                   layer && layer->kind == XM_ATTR_INT ? (int)layer->i : -1, flag,
+                   (xm_ir_opinfo(op->code)->flags & XM_OPF_COMM) ? " | XM_RT_TRACE_COMM" : "");
+}
+
 static void emit_op(gen_t *g, const xm_ir_op_t *op) {
   const char *loc = op->loc[0] && comment_safe(op->loc) ? op->loc : "?";
   xm_strbuf_t c;
@@ -720,6 +743,7 @@ static void emit_op(gen_t *g, const xm_ir_op_t *op) {
   const xm_ir_attr_t *layer = xm_ir_op_attr(op, "layer");
   if (layer && layer->kind == XM_ATTR_INT) xm_strbuf_printf(&c, " layer %" PRId64, layer->i);
   xm_strbuf_puts(&c, " */");
+  trace_hook(g, op, &c);
   EMIT("%s", xm_strbuf_cstr(&c));
   xm_strbuf_free(&c);
   if (emit_structure(g, op) || emit_dense(g, op) || emit_dense_grad(g, op) || emit_moe(g, op) ||
@@ -796,7 +820,8 @@ static void emit_function(gen_t *g, const char *name, bool step) {
     g->op_index = i;
     emit_op(g, op);
   }
-  if (!step) EMIT("(void)x;");
+  /* The last traced op ends here. */
+  EMIT(step ? "XM_TRACE_DONE(x);" : "XM_TRACE_DONE(x); (void)x;");
   xm_emit_dedent(&g->e);
   EMIT("}");
   xm_emit_blank(&g->e);
@@ -1084,6 +1109,7 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
   EMIT("#include \"runtime/program.h\"");
   EMIT("#include \"runtime/rbd_exec.h\"");
   EMIT("#include \"runtime/spmd.h\"");
+  EMIT("#include \"runtime/trace.h\"");
   xm_emit_blank(&g->e);
   table_idx_t t = {.tokens = -1, .labels = -1, .loss = -1, .ce_loss = -1, .count = 0};
   emit_table(g, &t);

@@ -3,7 +3,7 @@
  * (DESIGN.md 4; docs/parallelism.md has the groups and the rules).
  *
  * Options: dp, tp, ep (integers), ssmb, rbd, zero (0|1 or true|false),
- * ranks-per-node (0 = unknown). The layout must be legal for the model
+ * ranks-per-node (0 = unknown), dispatch-bound (integer >= 1, default 4). The layout must be legal for the model
  * (frontend/layout.c decides that before compile lowers anything); the pass
  * checks what it relies on and refuses the rest.
  *
@@ -36,7 +36,9 @@
  *    padding-free all_to_all and are regrouped by local expert
  *    (sort_chunks); the grouped GEMMs use the local counts; the way back is
  *    unsort_chunks and the mirrored all_to_all before the weighted combine.
- *    The receive bound is ep times the rows sent: exact for any routing.
+ *    The receive buffers hold min(ep, dispatch-bound) times the rows a rank
+ *    sends (option dispatch-bound, default 4): exact up to ep 4; beyond, a
+ *    rank receiving more than that stops every rank with the observed size.
  *  - RBD (4.2), when the EP group spans nodes: the gather / all_to_all pair
  *    is replaced by rbd_dispatch (pilot rows per (token, node), replicas in
  *    the node) and the combine by rbd_combine (pre-reduced per rank and per
@@ -69,6 +71,7 @@ typedef struct {
   xm_ir_module_t *m;
   xm_diag_t *diag;
   int64_t dp, tp, ep, rpn, zero;
+  int64_t dispatch_bound; /* receive buffers hold min(ep, this) x the rows sent */
   bool ssmb, rbd;
   int orig_values;        /* values with ids below existed before the pass */
   int *tp_dim;            /* value id -> dim split over tp, or -1 */
@@ -209,10 +212,10 @@ static void shard_param(sh_t *s, xm_ir_op_t *op) {
       groups[0] = "edp"; /* token-parallel ranks with the same experts */
       zero = "edp";
     }
-  } else if ((ends_with(name, "mlp.gate_proj.weight") || ends_with(name, "mlp.up_proj.weight")) &&
-             tp_split_ok) {
+  } else if ((ends_with(name, ".gate_proj.weight") || ends_with(name, ".up_proj.weight")) &&
+             tp_split_ok) { /* dense FFN, and shared experts without SSMB */
     split_param(s, op, "tp", 0, s->tp);
-  } else if (ends_with(name, "mlp.down_proj.weight") && tp_split_ok) {
+  } else if (ends_with(name, ".down_proj.weight") && tp_split_ok) {
     split_param(s, op, "tp", 1, s->tp);
   } else if (shared && s->ssmb) {
     groups[ng++] = "tp"; /* runs on this rank's token slice */
@@ -381,7 +384,10 @@ static void ep_dispatch(sh_t *s, int *pos, xm_ir_op_t *gather) {
   mo->weights = perm->operands[1];
   int at = *pos + 1;
   xm_ir_type_t rows = xs->type;
-  rows.dims[0] *= P; /* every member could send all its rows here */
+  /* Every member could send all its rows here: ep x the rows sent is the
+   * exact worst case; the plan reserves min(ep, dispatch-bound) times them
+   * and a routing beyond that stops every rank with the observed size. */
+  rows.dims[0] *= P < s->dispatch_bound ? P : s->dispatch_bound;
   rows.dynamic[0] = true;
 
   if (s->rbd) {
@@ -545,6 +551,7 @@ static xm_status_t read_options(sh_t *s, const xm_pass_options_t *o, xm_diag_t *
   XM_RETURN_IF_ERROR(int_option(o, "rbd", 0, 1, 0, diag, &rbd));
   XM_RETURN_IF_ERROR(int_option(o, "zero", 0, 1, 0, diag, &s->zero));
   XM_RETURN_IF_ERROR(int_option(o, "ranks-per-node", 0, big, 0, diag, &s->rpn));
+  XM_RETURN_IF_ERROR(int_option(o, "dispatch-bound", 1, big, 4, diag, &s->dispatch_bound));
   s->ssmb = ssmb != 0;
   xm_layout_t l = {.dp = s->dp, .tp = s->tp, .ep = s->ep, .ssmb = s->ssmb, .rbd = rbd != 0,
                    .zero = (int)s->zero, .ranks_per_node = s->rpn};
@@ -600,8 +607,9 @@ static xm_status_t shard_run(xm_ir_module_t *m, const xm_pass_options_t *options
   return s.st;
 }
 
-static const char *const k_options[] = {"dp", "tp", "ep", "ssmb", "rbd", "zero", "ranks-per-node",
-                                        NULL};
+static const char *const k_options[] = {"dp",   "tp",   "ep",
+                                        "ssmb", "rbd",  "zero",
+                                        "ranks-per-node", "dispatch-bound", NULL};
 
 const xm_pass_info_t xm_pass_shard = {
     .name = "shard",

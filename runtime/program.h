@@ -103,6 +103,10 @@ struct xm_rt_exec {
   double grad_norm;           /* set by the step function: global norm before clipping */
   void *comm;                 /* xm_rt_comm_t * (runtime/comm.h) of a multi-rank run, else NULL */
   void *rbd;                  /* RBD routing records between forward and backward (runtime/rbd_exec.h) */
+  /* The op-timeline recorder (xm_rt_trace_t *, runtime/trace.h) while a
+   * step traced by `out/train --trace` runs, else NULL: the hooks of the
+   * generated code test it and do nothing else when it is NULL. */
+  void *trace;
 };
 
 /* The program a generated out/program.c defines. */

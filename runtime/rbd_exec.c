@@ -256,7 +256,8 @@ static void agree_bound(xm_rt_exec_t *x, int64_t M, int64_t bound, int layer, in
   if (g->index != worst.index) nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
   xm_rt_fail(x,
              "rbd_dispatch (layer %d, slot %d) over the ep group: rank %d would hold %ld expert "
-             "rows, more than the bound of %lld rows",
+             "rows, more than the bound of %lld rows (the memory plan reserves min(ep, B) times "
+             "the rows a rank sends; recompile with a larger xmoec compile --dispatch-bound B)",
              layer, slot, g->members[worst.index], worst.value, (long long)bound);
 }
 

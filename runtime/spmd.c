@@ -272,7 +272,11 @@ int64_t xm_rt_all_to_all(xm_rt_exec_t *x, int group, int phase, int layer, const
     xm_diag_free(&diag);
     free(rc);
     free(sc);
-    xm_rt_fail(x, "%s", msg);
+    xm_rt_fail(x, "%s%s", msg,
+               st == XM_ERR_NO_MEMORY ? " (the memory plan reserves min(ep, B) times the rows a "
+                                        "rank sends; recompile with a larger xmoec compile "
+                                        "--dispatch-bound B)"
+                                      : "");
   }
   xm_diag_free(&diag);
   for (int64_t p = 0; p < P; p++)

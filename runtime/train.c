@@ -26,6 +26,13 @@
  * (runtime/shard_io.h), so a run saved under one layout resumes under any
  * other. Reported losses are averaged over ranks; per-step traffic comes
  * from the communicator's counters.
+ *
+ * Tracing (--trace FILE, --trace-steps N[:M]): during the traced steps
+ * x->trace points at a recorder (runtime/trace.h) that the op hooks of the
+ * generated code fill; outside them it is NULL and the hooks cost a branch.
+ * After the last step the ranks' events are gathered to rank 0, which
+ * writes the Chrome/Perfetto JSON that `xmoec inspect --format trace`
+ * predicts (docs/inspect.md).
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "runtime/train.h"
@@ -50,6 +57,7 @@
 #include "runtime/rbd_exec.h"
 #include "runtime/rng.h"
 #include "runtime/shard_io.h"
+#include "runtime/trace.h"
 #include "runtime/train_flags.h"
 #include "support/strbuf.h"
 
@@ -80,6 +88,7 @@ typedef struct {
   xm_rt_full_view_t view;     /* whole tensors, when sharded */
   int sharded;                /* the program has split or chunked tensors */
   char *last_traffic;         /* owned: the last step's "traffic":{...} member */
+  xm_rt_trace_t *trace;       /* owned: the --trace recorder, or NULL */
 } trainer_t;
 
 /* ---- before MPI ----------------------------------------------------------- */
@@ -608,6 +617,7 @@ static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double 
   int64_t mine = t->data_pos + (int64_t)t->dp_index * p->grad_accum * p->micro_batch;
   for (int64_t m = 0; m < p->grad_accum; m++) {
     fill_inputs(t, 0, mine + m * p->micro_batch);
+    if (t->x.trace) xm_rt_trace_set(t->x.trace, s, (int)m);
     p->micro(&t->x);
     sum += read_f32(t, p->loss);
     sum_ce += read_f32(t, p->ce_loss);
@@ -625,6 +635,7 @@ static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double 
   t->x.step = s;
   t->x.weight_decay = (float)t->o.weight_decay;
   t->x.grad_clip = (float)t->o.clip;
+  if (t->x.trace) xm_rt_trace_set(t->x.trace, s, -1);
   p->step(&t->x);
 }
 
@@ -678,6 +689,51 @@ static xm_status_t report_traffic(trainer_t *t, int64_t s, FILE *matrix) {
   return st;
 }
 
+/* --trace: the steps must overlap the run's (first..steps); rank 0 opens
+ * the file now so that a bad path fails before training; every rank gets a
+ * recorder. The checks give the same answer on every rank. */
+static xm_status_t open_trace(trainer_t *t, int64_t first, FILE **out) {
+  *out = NULL;
+  if (!t->o.trace) return XM_OK;
+  if (t->o.trace_last < first || t->o.trace_first > t->o.steps) {
+    if (t->ctx.rank == 0)
+      fprintf(stderr,
+              "%s: error: --trace-steps: steps %" PRId64 "..%" PRId64
+              " are not trained by this run (steps %" PRId64 "..%" PRId64 ")\n",
+              t->prog, t->o.trace_first, t->o.trace_last, first, t->o.steps);
+    return XM_ERR_INVALID_INPUT;
+  }
+  xm_status_t st = XM_OK;
+  if (t->ctx.rank == 0) {
+    *out = fopen(t->o.trace, "w");
+    if (!*out) {
+      fprintf(stderr, "%s: error: %s: cannot open the trace file: %s\n", t->prog, t->o.trace,
+              strerror(errno));
+      st = XM_ERR_IO;
+    }
+  }
+  t->trace = xm_rt_trace_create();
+  if (!t->trace && st == XM_OK) st = XM_ERR_NO_MEMORY;
+  return agree(t, st);
+}
+
+/* Collective: every rank's events to rank 0, which writes and closes the
+ * file. */
+static xm_status_t finish_trace(trainer_t *t, FILE *f) {
+  xm_status_t st = xm_rt_trace_write(t->trace, &t->ctx, t->p->model_name, f);
+  if (f && fclose(f) != 0 && st == XM_OK) st = XM_ERR_IO;
+  st = agree(t, st);
+  if (t->ctx.rank == 0) {
+    if (st != XM_OK)
+      fprintf(stderr, "%s: error: %s: cannot write the trace (%s)\n", t->prog, t->o.trace,
+              st == XM_ERR_NO_MEMORY ? "out of memory" : "write error");
+    else if (xm_rt_trace_truncated(t->trace))
+      fprintf(stderr, "%s: warning: %s: out of memory while tracing; later events are missing\n",
+              t->prog, t->o.trace);
+  }
+  return st;
+}
+
 static xm_status_t train_loop(trainer_t *t) {
   const xm_rt_program_t *p = t->p;
   /* tokens of one optimizer step over all DP groups */
@@ -693,17 +749,23 @@ static xm_status_t train_loop(trainer_t *t) {
     xm_diag_free(&diag);
   }
   XM_RETURN_IF_ERROR(agree(t, st));
-  FILE *matrix = NULL;
+  FILE *matrix = NULL, *trace = NULL;
   st = open_traffic(t, &matrix);
+  if (st == XM_OK) st = open_trace(t, first, &trace);
   if (st != XM_OK) {
     xm_rt_progress_finish(&pr);
+    if (matrix) fclose(matrix);
+    if (trace) fclose(trace);
     return st;
   }
   double t0 = xm_rt_now();
   for (int64_t s = first; s <= t->o.steps && st == XM_OK; s++) {
     double lr = xm_rt_train_lr(&t->o, s), v[2];
     xm_rt_comm_traffic_reset(t->comm);
+    int traced = t->trace && s >= t->o.trace_first && s <= t->o.trace_last;
+    t->x.trace = traced ? t->trace : NULL;
     train_step(t, s, lr, &v[0], &v[1]);
+    t->x.trace = NULL;
     reduce_mean(t, v, 2);
     st = report_traffic(t, s, matrix);
     t->step = s;
@@ -725,6 +787,11 @@ static xm_status_t train_loop(trainer_t *t) {
   }
   if (st == XM_OK && t->o.ckpt_dir && t->last_saved != t->step) st = save_checkpoint(t);
   xm_rt_progress_finish(&pr);
+  if (st == XM_OK && t->trace) {
+    st = finish_trace(t, trace);
+    trace = NULL;
+  }
+  if (trace) fclose(trace);
   xm_status_t closed = XM_OK;
   if (matrix && fclose(matrix) != 0) {
     fprintf(stderr, "%s: error: %s: cannot write the traffic file: %s\n", t->prog, t->o.traffic,
@@ -839,6 +906,7 @@ static void cleanup(trainer_t *t) {
   free(t->resume_path);
   free(t->last_ckpt);
   free(t->last_traffic);
+  xm_rt_trace_destroy(t->trace);
   xm_rt_rbd_exec_free(&t->x);
   xm_rt_full_view_destroy(&t->view);
   if (t->comm) xm_rt_comm_destroy(t->comm); /* collective: every rank gets here */

@@ -38,6 +38,8 @@ typedef enum {
   F_JSON,
   F_LOG,
   F_TRAFFIC,
+  F_TRACE,
+  F_TRACE_STEPS,
   F_EVAL_FRACTION,
   F_PROGRESS,
   F_QUIET,
@@ -75,6 +77,11 @@ static const flag_info_t k_flags[F_COUNT_] = {
     [F_TRAFFIC] =
         {"--traffic", 1, "FILE",
          "write each step's rank-to-rank traffic per layer and phase to FILE (JSON lines)"},
+    [F_TRACE] = {"--trace", 1, "FILE",
+                 "write the measured op timeline of the traced steps to FILE (Chrome/Perfetto "
+                 "trace JSON)"},
+    [F_TRACE_STEPS] = {"--trace-steps", 1, "N[:M]",
+                       "steps --trace records: step N, or N to M (default: the last step)"},
     [F_EVAL_FRACTION] = {"--eval-fraction", 1, "X",
                          "share of windows held out for evaluation (0.05)"},
     [F_PROGRESS] = {"--progress", 1, "WHEN", "auto, always or never: live progress line"},
@@ -113,6 +120,22 @@ static int parse_double(const char *s, double min, int strict, double *out) {
   if (errno || *end || !isfinite(v) || v < min || (strict && v == min)) return 0;
   *out = v;
   return 1;
+}
+
+/* "N" or "N:M" with 1 <= N <= M. */
+static int parse_step_range(const char *s, int64_t *first, int64_t *last) {
+  const char *colon = strchr(s, ':');
+  if (!colon) {
+    if (!parse_int(s, 1, first)) return 0;
+    *last = *first;
+    return 1;
+  }
+  char head[32];
+  size_t n = (size_t)(colon - s);
+  if (n == 0 || n >= sizeof head) return 0;
+  memcpy(head, s, n);
+  head[n] = '\0';
+  return parse_int(head, 1, first) && parse_int(colon + 1, 1, last) && *first <= *last;
 }
 
 static int parse_choice(const char *s, const char *const *names, int n, int *out) {
@@ -166,6 +189,13 @@ static int set_value(xm_rt_train_opts_t *o, flag_id_t id, const char *v, const c
     *expected = "a file name";
     o->traffic = v;
     return *v != '\0';
+  case F_TRACE:
+    *expected = "a file name";
+    o->trace = v;
+    return *v != '\0';
+  case F_TRACE_STEPS:
+    *expected = "a step N >= 1 or a range N:M with 1 <= N <= M";
+    return parse_step_range(v, &o->trace_first, &o->trace_last);
   case F_EVAL_FRACTION:
     *expected = "a number in [0, 1)";
     return parse_double(v, 0.0, 0, &o->eval_fraction) && o->eval_fraction < 1.0;
@@ -301,9 +331,9 @@ static int check_combinations(const xm_rt_program_t *p, const char *prog, const 
     flag_error(err, prog, "--save-every", "needs --ckpt-dir DIR");
     problems++;
   }
-  static const flag_id_t training_only[] = {F_STEPS, F_LR,     F_WARMUP,   F_SCHEDULE,
-                                            F_WD,    F_CLIP,   F_CKPT_DIR, F_SAVE_EVERY,
-                                            F_LOG,   F_TRAFFIC};
+  static const flag_id_t training_only[] = {F_STEPS, F_LR,      F_WARMUP,   F_SCHEDULE,
+                                            F_WD,    F_CLIP,    F_CKPT_DIR, F_SAVE_EVERY,
+                                            F_LOG,   F_TRAFFIC, F_TRACE,    F_TRACE_STEPS};
   for (size_t k = 0; o->eval && k < sizeof training_only / sizeof *training_only; k++)
     if (seen[training_only[k]]) {
       flag_error(err, prog, k_flags[training_only[k]].name, "has no effect with --eval");
@@ -313,6 +343,11 @@ static int check_combinations(const xm_rt_program_t *p, const char *prog, const 
     flag_error(err, prog, "--steps", "required: the program has no train_steps");
     problems++;
   }
+  if (seen[F_TRACE_STEPS] && !o->trace) {
+    flag_error(err, prog, "--trace-steps", "needs --trace FILE");
+    problems++;
+  }
+  if (o->trace && !seen[F_TRACE_STEPS]) o->trace_first = o->trace_last = o->steps;
   if (seen[F_LR] && o->min_lr > o->lr) o->min_lr = o->lr;
   if (o->schedule_steps <= 0) o->schedule_steps = o->steps;
   (void)p;

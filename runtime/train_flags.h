@@ -40,7 +40,9 @@ typedef struct {
   int64_t batches; /* 0: not given */
   int json;
   const char *log;
-  const char *traffic; /* --traffic FILE: per-(layer, phase) matrices */
+  const char *traffic;             /* --traffic FILE: per-(layer, phase) matrices */
+  const char *trace;               /* --trace FILE: the op timeline of the traced steps */
+  int64_t trace_first, trace_last; /* --trace-steps N[:M]; default: the last step */
   double eval_fraction;
   int progress; /* xm_rt_progress_mode_t */
   int quiet;

@@ -8,7 +8,15 @@
  *
  * The parallel layout is the spec's (its "parallel" section and the
  * cluster's ranks_per_node, frontend/layout.h) with each layout flag
- * (--dp --tp --ep --ssmb --rbd --zero --ranks-per-node) overriding its knob;
+ * (--dp --tp --ep --ssmb --rbd --zero --ranks-per-node) overriding its knob.
+ * When neither the spec nor a flag fixes any of it but a cluster is given
+ * (--cluster or the spec's "cluster" section), the planner chooses it
+ * (planner/plan.h, policy xmoec, the spec's recompute policy only, since
+ * that is what the generated program does): the layout and micro-batch of
+ * the fastest configuration that fits are written into the spec's parallel
+ * and training sections and compiled, and the report says which was chosen
+ * and why. Without a cluster and without a layout the program is one rank,
+ * as before;
  * xm_layout_check judges it before anything is built, placing refusals at
  * the flags when any was given, else at /parallel/... . With more than one
  * rank (dp*tp > 1) the pipeline starts with the shard pass, which turns the
@@ -49,6 +57,7 @@
 #include "ir/text.h"
 #include "passes/pass.h"
 #include "passes/plan_memory.h"
+#include "planner/plan.h"
 #include "support/diag.h"
 #include "support/sha256.h"
 #include "support/strbuf.h"
@@ -65,13 +74,15 @@ typedef struct {
   bool print_after_all, timing, no_build, print_flags;
   int64_t layout_value[XM_LAYOUT_RANKS_PER_NODE + 1]; /* by xm_layout_knob_t */
   unsigned layout_given; /* bit 1 << xm_layout_knob_t per layout flag given */
+  int64_t dispatch_bound; /* expert receive buffers: min(ep, this) x rows sent */
 } compile_args_t;
 
 static void compile_usage(FILE *out) {
   fprintf(out,
           "usage: xmoec compile MODEL.json [--cluster FILE] -o OUT [--no-build] [--cc CC]\n"
           "                     [--dp N] [--tp N] [--ep N] [--ssmb] [--rbd] [--zero N]\n"
-          "                     [--ranks-per-node N] [--print-ir-after-all] [--timing]\n"
+          "                     [--ranks-per-node N] [--dispatch-bound B]\n"
+          "                     [--print-ir-after-all] [--timing]\n"
           "       xmoec compile --print-build-flags\n"
           "\n"
           "Builds the training program of a model: forward graph, autodiff, memory\n"
@@ -96,7 +107,13 @@ static void compile_usage(FILE *out) {
           "  --ssmb                 shard MoE blocks' tokens over the TP group\n"
           "  --rbd                  redundancy-bypassing dispatch across nodes\n"
           "  --zero N               ZeRO stage: 0, or 1 to shard optimizer states\n"
-          "  --ranks-per-node N     ranks per node (0: unknown; default the cluster's)\n");
+          "  --ranks-per-node N     ranks per node (0: unknown; default the cluster's)\n"
+          "  --dispatch-bound B     expert all-to-all receive buffers hold min(ep, B) times\n"
+          "                         the rows a rank sends (default 4: exact up to ep 4);\n"
+          "                         a routing over it stops every rank with the size\n"
+          "With none of these and no \"parallel\" section, a cluster (--cluster or the\n"
+          "spec's \"cluster\" section) lets the planner choose the layout and micro-batch\n"
+          "(the fastest that fits, as `xmoec plan` shows); without a cluster: one rank.\n");
 }
 
 static const char *flag_value(int argc, char **argv, int *i, const char *flag, bool *missing) {
@@ -207,6 +224,12 @@ static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *ou
     } else if (switch_flag(argv[i], a)) {
     } else if (layout_flag(argc, argv, &i, a, &rc)) {
       if (rc) return rc;
+    } else if ((v = flag_value(argc, argv, &i, "--dispatch-bound", &missing))) {
+      if (!parse_int(v, 1, 1 << 24, &a->dispatch_bound)) {
+        fprintf(stderr, "xmoec compile: error: --dispatch-bound needs an integer in [1, %d], got '%s'\n",
+                1 << 24, v);
+        return 2;
+      }
     } else if ((v = flag_value(argc, argv, &i, "--cluster", &missing))) {
       a->cluster = v;
     } else if ((v = flag_value(argc, argv, &i, "--cc", &missing))) {
@@ -412,6 +435,11 @@ typedef struct {
   xm_ir_module_t *m;
   xm_strbuf_t pipeline, program, main_c, config, xir;
   xm_mem_report_t mem;
+  bool planned;             /* the planner chose the layout */
+  xm_plan_candidate_t plan; /* what it chose */
+  int64_t plan_searched, plan_fit;
+  double plan_runner_up;    /* step time of the second best; 0 if none */
+  char plan_runner_up_layout[112];
 } compile_t;
 
 static char *manifest_text(const compile_t *c) {
@@ -449,6 +477,81 @@ static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
   return st;
 }
 
+/* No layout anywhere but a cluster: the planner's best configuration
+ * becomes the spec's parallel section and micro-batch. */
+static xm_status_t plan_layout(compile_t *c, xm_diag_t *diag) {
+  if (c->spec.parallel.present || c->a.layout_given || !c->spec.cluster.present) return XM_OK;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  xm_plan_options_t o = {.policy = XM_POLICY_XMOEC,
+                         .recompute_mask = 1u << c->spec.training.recompute,
+                         .dispatch_bound = c->a.dispatch_bound};
+  xm_plan_result_t r;
+  XM_RETURN_IF_ERROR(xm_plan_search_with(&c->spec, &o, diag, &r));
+  xm_status_t st = XM_OK;
+  int64_t world = c->spec.cluster.nodes * c->spec.cluster.ranks_per_node;
+  if (r.chosen < 0) {
+    if (r.num > 0 && r.cands[0].legal) {
+      char name[96];
+      xm_layout_format(&r.cands[0].point.layout, name, sizeof name);
+      xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, NULL,
+                  "no layout of the cluster's %lld ranks fits in device memory; the closest, %s "
+                  "(micro-batch %lld), needs %.2f GiB per rank of %.2f GiB (xmoec plan shows "
+                  "the search)",
+                  (long long)world, name, (long long)r.cands[0].point.micro_batch,
+                  r.cands[0].cost.total / gib, r.cands[0].cost.device / gib);
+    } else {
+      xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, NULL,
+                  "no legal layout for the cluster's %lld ranks: %s", (long long)world,
+                  r.num > 0 ? r.cands[0].reason : "nothing to search");
+    }
+    st = XM_ERR_INVALID_INPUT;
+  } else {
+    const xm_plan_candidate_t *best = &r.cands[r.chosen];
+    const xm_layout_t *l = &best->point.layout;
+    c->planned = true;
+    c->plan = *best;
+    if (best->point.dispatch_bound > 0) c->a.dispatch_bound = best->point.dispatch_bound;
+    c->plan_searched = r.num;
+    c->plan_fit = r.num_fit;
+    c->plan_runner_up = 0;
+    if (r.num_fit > 1) {
+      c->plan_runner_up = r.cands[r.chosen + 1].cost.t_step;
+      const xm_plan_candidate_t *next = &r.cands[r.chosen + 1];
+      char name[80];
+      xm_layout_format(&next->point.layout, name, sizeof name);
+      snprintf(c->plan_runner_up_layout, sizeof c->plan_runner_up_layout,
+               "%s micro-batch %lld", name, (long long)next->point.micro_batch);
+    }
+    c->spec.parallel = (xm_parallel_spec_t){.present = true, .dp = l->dp, .tp = l->tp,
+                                            .ep = l->ep, .ssmb = l->ssmb, .rbd = l->rbd,
+                                            .zero = l->zero};
+    c->spec.training.zero_stage = l->zero;
+    c->spec.training.micro_batch = best->point.micro_batch;
+  }
+  xm_plan_result_free(&r);
+  return st;
+}
+
+/* "plan: chose dp8 tp1 ep8 ..., micro-batch N ...": what and why. */
+static void print_plan(const compile_t *c) {
+  if (!c->planned) return;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const xm_cost_t *k = &c->plan.cost;
+  char name[96];
+  xm_layout_format(&c->plan.point.layout, name, sizeof name);
+  printf("plan: chose %s, micro-batch %lld: the fastest of %lld configurations that fit "
+         "(%lld searched, policy xmoec)\n",
+         name, (long long)c->plan.point.micro_batch, (long long)c->plan_fit,
+         (long long)c->plan_searched);
+  printf("plan: predicted step %.4g s (compute %.3g s, all-to-all %.3g s, tp %.3g s, dp %.3g s), "
+         "%.2f of %.2f GiB per rank, MFU %.1f%%\n",
+         k->t_step, k->t_compute, k->t_dispatch, k->t_tp, k->t_dp, k->total / gib,
+         k->device / gib, 100.0 * k->mfu);
+  if (c->plan_runner_up > 0)
+    printf("plan: the runner-up, %s, is predicted %.1f%% slower\n", c->plan_runner_up_layout,
+           k->t_step > 0 ? 100.0 * (c->plan_runner_up / k->t_step - 1.0) : 0.0);
+}
+
 /* The spec's layout with the given flags applied, checked (the batch rule
  * global_batch % (micro_batch*dp) = 0 among the others). Warnings stay in
  * `diag` and are printed with everything else. */
@@ -468,9 +571,11 @@ static void build_pipeline(compile_t *c) {
   const xm_training_spec_t *t = &c->spec.training;
   if (xm_layout_world(l) > 1)
     xm_strbuf_printf(&c->pipeline,
-                     "shard{dp=%lld tp=%lld ep=%lld ssmb=%d rbd=%d zero=%d ranks-per-node=%lld},",
+                     "shard{dp=%lld tp=%lld ep=%lld ssmb=%d rbd=%d zero=%d ranks-per-node=%lld "
+                     "dispatch-bound=%lld},",
                      (long long)l->dp, (long long)l->tp, (long long)l->ep, l->ssmb ? 1 : 0,
-                     l->rbd ? 1 : 0, l->zero, (long long)l->ranks_per_node);
+                     l->rbd ? 1 : 0, l->zero, (long long)l->ranks_per_node,
+                     (long long)(c->a.dispatch_bound > 0 ? c->a.dispatch_bound : 4));
   xm_strbuf_printf(&c->pipeline, "autodiff{grad-accum=%lld aux-free-gamma=",
                    (long long)(t->global_batch / (t->micro_batch * l->dp)));
   xm_strbuf_put_double(&c->pipeline, c->spec.moe.aux_free_gamma);
@@ -541,6 +646,7 @@ static int compile(compile_t *c) {
   xm_diag_init(&diag);
   fprintf(stderr, "compiling %s ...\n", c->a.input);
   xm_status_t st = load_inputs(c, &diag);
+  if (st == XM_OK) st = plan_layout(c, &diag);
   if (st == XM_OK) st = resolve_layout(c, &diag);
   if (st == XM_OK) {
     st = lower(c, &diag);
@@ -555,6 +661,7 @@ static int compile(compile_t *c) {
   xm_diag_print(&diag, stderr);
   xm_diag_free(&diag);
   if (st != XM_OK) return xm_status_exit_code(st);
+  print_plan(c);
   print_layout(&c->layout);
   xm_strbuf_t report;
   xm_strbuf_init(&report);

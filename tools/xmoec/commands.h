@@ -8,5 +8,7 @@ int xm_cmd_check(int argc, char **argv);
 int xm_cmd_ir(int argc, char **argv);
 int xm_cmd_opt(int argc, char **argv);
 int xm_cmd_compile(int argc, char **argv);
+int xm_cmd_inspect(int argc, char **argv);
+int xm_cmd_plan(int argc, char **argv);
 
 #endif

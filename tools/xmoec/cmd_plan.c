@@ -1,0 +1,659 @@
+/* tools/xmoec/cmd_plan.c — `xmoec plan`: the best parallel layout of a
+ * model on a cluster, what it costs, and how the baselines compare.
+ *
+ *   xmoec plan MODEL.json [--cluster FILE] [--json] [--top N]
+ *              [--policy P|all] [--max-model] [--global-batch N]
+ *
+ * One policy (default xmoec): the search of planner/plan.c, printed as the
+ * chosen configuration (layout, micro-batch, recompute), its memory per
+ * rank by category, its time per step by phase, throughput and MFU, then
+ * the N runners-up in a table, the counts of configurations enumerated /
+ * legal / fitting and the most common reasons for rejection. --policy all
+ * puts every policy's best side by side; --max-model sizes the model
+ * family (planner/plan.h) for each policy (all of them unless --policy
+ * names one). --json prints one document instead (docs/plan-json.md).
+ *
+ * The cluster comes from --cluster or the spec's own "cluster" section;
+ * without either there is nothing to plan for (exit 2). --global-batch
+ * overrides /training/global_batch, which a Hugging Face config never has
+ * (it would default to one sequence). The spec's "parallel" section, when
+ * present, is ignored by the search: planning is choosing it.
+ *
+ * Bad flags and files exit 2 with the place; a model every configuration
+ * of which fails to fit is an answer, not an error (exit 0, "fits": false).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "frontend/count.h"
+#include "frontend/spec.h"
+#include "planner/plan.h"
+#include "support/diag.h"
+#include "support/status.h"
+#include "tools/xmoec/commands.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define PLAN_DEFAULT_TOP 5
+#define PLAN_TEXT_REASONS 5
+
+typedef struct {
+  const char *spec_path;
+  const char *cluster_path;
+  bool json, help, max_model;
+  bool all_policies, policy_given;
+  xm_policy_t policy;
+  int64_t top;
+  int64_t global_batch; /* 0: the spec's */
+} plan_args_t;
+
+static void plan_usage(FILE *out) {
+  fprintf(out,
+          "usage: xmoec plan MODEL.json [--cluster FILE] [--json] [--top N]\n"
+          "                  [--policy P|all] [--max-model] [--global-batch N]\n"
+          "\n"
+          "Searches every legal (dp, tp, ep, ssmb, rbd, zero, recompute, micro_batch)\n"
+          "for the cluster's ranks, rejects what does not fit (and says why), ranks\n"
+          "the rest by predicted step time and prints the best with its memory per\n"
+          "rank and time per phase, and the runners-up (docs/cost-model.md,\n"
+          "docs/plan-json.md).\n"
+          "\n"
+          "  --cluster FILE      the cluster (else the spec's \"cluster\" section)\n"
+          "  --json              one JSON document on stdout (docs/plan-json.md)\n"
+          "  --top N             runners-up to list (default %d; 0: every candidate)\n"
+          "  --policy P          xmoec (default), x-moe, deepspeed-moe, tutel,\n"
+          "                      deepspeed-ted: what that system can express; all:\n"
+          "                      every policy side by side\n"
+          "  --max-model         the largest member of the model family each policy\n"
+          "                      can train on the cluster (every policy unless\n"
+          "                      --policy names one)\n"
+          "  --global-batch N    sequences per optimizer step (overrides the spec's)\n"
+          "  --help              show this help\n",
+          PLAN_DEFAULT_TOP);
+}
+
+/* ---- arguments -------------------------------------------------------------- */
+
+/* "--flag VALUE" or "--flag=VALUE"; NULL if argv[*i] is not the flag. */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag, bool *missing) {
+  size_t n = strlen(flag);
+  if (strncmp(argv[*i], flag, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] != '\0') return NULL;
+  if (*i + 1 >= argc) {
+    *missing = true;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+/* A whole decimal integer in [min, max]. */
+static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
+  if (!s[0] || !(s[0] == '-' || isdigit((unsigned char)s[0]))) return false;
+  errno = 0;
+  char *end = NULL;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end || v < min || v > max) return false;
+  *out = v;
+  return true;
+}
+
+/* Returns 0 to go on, else the exit code (after a message). */
+static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
+  memset(a, 0, sizeof *a);
+  a->top = PLAN_DEFAULT_TOP;
+  a->policy = XM_POLICY_XMOEC;
+  for (int i = 0; i < argc; i++) {
+    bool missing = false;
+    const char *v;
+    const char *arg = argv[i];
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      a->help = true;
+      return 0;
+    } else if (strcmp(arg, "--json") == 0) {
+      a->json = true;
+    } else if (strcmp(arg, "--max-model") == 0) {
+      a->max_model = true;
+    } else if ((v = flag_value(argc, argv, &i, "--cluster", &missing))) {
+      if (!v[0]) {
+        fprintf(stderr, "xmoec plan: error: --cluster needs a file\n");
+        return 2;
+      }
+      a->cluster_path = v;
+    } else if ((v = flag_value(argc, argv, &i, "--top", &missing))) {
+      if (!parse_int(v, 0, INT32_MAX, &a->top)) {
+        fprintf(stderr, "xmoec plan: error: --top needs an integer >= 0, got '%s'\n", v);
+        return 2;
+      }
+    } else if ((v = flag_value(argc, argv, &i, "--global-batch", &missing))) {
+      if (!parse_int(v, 1, (int64_t)1 << 24, &a->global_batch)) {
+        fprintf(stderr,
+                "xmoec plan: error: --global-batch needs an integer in [1, 2^24], got "
+                "'%s'\n",
+                v);
+        return 2;
+      }
+    } else if ((v = flag_value(argc, argv, &i, "--policy", &missing))) {
+      a->policy_given = true;
+      if (strcmp(v, "all") == 0) {
+        a->all_policies = true;
+      } else if (!xm_policy_from_name(v, &a->policy)) {
+        fprintf(stderr,
+                "xmoec plan: error: --policy: unknown policy '%s'; expected xmoec, x-moe, "
+                "deepspeed-moe, tutel, deepspeed-ted or all\n",
+                v);
+        return 2;
+      }
+    } else if (missing) {
+      fprintf(stderr, "xmoec plan: error: %s needs a value\n", arg);
+      return 2;
+    } else if (arg[0] == '-' && arg[1] != '\0') {
+      fprintf(stderr, "xmoec plan: error: unknown option '%s'\n", arg);
+      plan_usage(stderr);
+      return 2;
+    } else if (a->spec_path) {
+      fprintf(stderr, "xmoec plan: error: more than one model file ('%s' and '%s')\n", a->spec_path,
+              arg);
+      return 2;
+    } else {
+      a->spec_path = arg;
+    }
+  }
+  if (!a->spec_path) {
+    fprintf(stderr, "xmoec plan: error: missing model file\n");
+    plan_usage(stderr);
+    return 2;
+  }
+  if (a->max_model && !a->policy_given) a->all_policies = true;
+  return 0;
+}
+
+/* ---- rejection reasons ------------------------------------------------------- */
+
+typedef struct {
+  char key[sizeof((xm_plan_candidate_t *)0)->reason];
+  const char *example;
+  int64_t count;
+} reason_t;
+
+/* The reason with every number replaced by '#', so that "ep (512) must
+ * divide ..." and "ep (1024) must divide ..." count as one reason. */
+static void reason_key(const char *reason, char *out, size_t cap) {
+  size_t k = 0;
+  for (const char *p = reason; *p && k + 1 < cap;) {
+    if (isdigit((unsigned char)*p)) {
+      while (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1])))
+        p++;
+      out[k++] = '#';
+    } else {
+      out[k++] = *p++;
+    }
+  }
+  out[k] = '\0';
+}
+
+static int reason_cmp(const void *pa, const void *pb) {
+  const reason_t *a = pa, *b = pb;
+  if (a->count != b->count) return a->count > b->count ? -1 : 1;
+  return strcmp(a->key, b->key);
+}
+
+/* The distinct rejection reasons of a result, most common first; *n_out
+ * of them in an owned array (NULL when none or out of memory). */
+static reason_t *collect_reasons(const xm_plan_result_t *r, int64_t *n_out) {
+  *n_out = 0;
+  reason_t *rs = NULL;
+  int64_t n = 0, cap = 0;
+  for (int64_t i = 0; i < r->num; i++) {
+    const xm_plan_candidate_t *c = &r->cands[i];
+    if (c->legal && c->cost.fits) continue;
+    char key[sizeof c->reason];
+    reason_key(c->reason, key, sizeof key);
+    int64_t j = 0;
+    while (j < n && strcmp(rs[j].key, key) != 0)
+      j++;
+    if (j == n) {
+      if (n == cap) {
+        cap = cap ? cap * 2 : 16;
+        reason_t *p = realloc(rs, (size_t)cap * sizeof *p);
+        if (!p) {
+          free(rs);
+          return NULL;
+        }
+        rs = p;
+      }
+      memcpy(rs[n].key, key, sizeof key);
+      rs[n].example = c->reason;
+      rs[n].count = 0;
+      n++;
+    }
+    rs[j].count++;
+  }
+  if (n > 1) qsort(rs, (size_t)n, sizeof *rs, reason_cmp);
+  *n_out = n;
+  return rs;
+}
+
+/* ---- text ------------------------------------------------------------------ */
+
+static void fmt_layout(const xm_cost_point_t *p, char *buf, size_t cap) {
+  xm_layout_format(&p->layout, buf, cap);
+}
+
+/* "545.03B" */
+static void fmt_count(double v, char *out, size_t cap) {
+  if (v >= 1e12)
+    snprintf(out, cap, "%.2fT", v / 1e12);
+  else if (v >= 1e9)
+    snprintf(out, cap, "%.2fB", v / 1e9);
+  else if (v >= 1e6)
+    snprintf(out, cap, "%.2fM", v / 1e6);
+  else
+    snprintf(out, cap, "%.0f", v);
+}
+
+/* "1.23 TiB" style bytes. */
+static void fmt_bytes(double v, char *out, size_t cap) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(out, cap, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+}
+
+static void print_header(const xm_spec_t *s) {
+  const xm_cluster_spec_t *cl = &s->cluster;
+  xm_count_t c;
+  xm_count_params(s, &c);
+  char params[32];
+  fmt_count((double)c.total, params, sizeof params);
+  printf("plan: %s on %s: %" PRId64 " node%s x %" PRId64 " ranks = %" PRId64 " ranks, %.1f GiB "
+         "each\n",
+         s->name, cl->name[0] ? cl->name : "the cluster", cl->nodes, cl->nodes == 1 ? "" : "s",
+         cl->ranks_per_node, cl->nodes * cl->ranks_per_node, cl->device_memory_gib);
+  printf("model: %s parameters, seq %" PRId64 ", global batch %" PRId64 " sequences\n", params,
+         s->training.seq_len, s->training.global_batch);
+  if (s->model.attention == XM_ATTN_MLA)
+    printf("note: this version cannot train MLA attention yet; the plan is a prediction\n");
+}
+
+static void print_chosen(const xm_plan_candidate_t *c, bool fits) {
+  const xm_cost_t *k = &c->cost;
+  char layout[96];
+  fmt_layout(&c->point, layout, sizeof layout);
+  printf("%s: %s, micro-batch %" PRId64 ", recompute %s, %" PRId64
+         " micro-step%s per optimizer step\n",
+         fits ? "chosen" : "closest (does not fit)", layout, c->point.micro_batch,
+         xm_recompute_name(c->point.recompute), k->grad_accum, k->grad_accum == 1 ? "" : "s");
+  if (c->point.policy == XM_POLICY_XMOEC && c->point.layout.ep > 1)
+    printf("  expert receive buffers: min(ep, %" PRId64 ") x the rows a rank sends "
+           "(xmoec compile --dispatch-bound %" PRId64 ")\n",
+           c->point.dispatch_bound > 0 ? c->point.dispatch_bound : 4,
+           c->point.dispatch_bound > 0 ? c->point.dispatch_bound : 4);
+  printf("  memory per rank (GiB): weights %.2f, grads %.2f, optimizer %.2f, activations %.2f,\n"
+         "    buffers %.2f, overhead %.2f; total %.2f of %.2f (%.0f%%)\n",
+         k->weights / GIB, k->grads / GIB, k->optimizer / GIB, k->activations / GIB,
+         k->buffers / GIB, k->overhead / GIB, k->total / GIB, k->device / GIB,
+         k->device > 0 ? 100.0 * k->total / k->device : 0.0);
+  if (!fits) printf("  short by %.2f GiB per rank\n", k->shortfall / GIB);
+  printf("  time per step (s): compute %.3f, expert all-to-all %.3f, tp/ssmb collectives %.3f,\n"
+         "    dp gradient reduction %.3f, optimizer %.3f; step %.3f (overlap: "
+         "docs/cost-model.md)\n",
+         k->t_compute, k->t_dispatch, k->t_tp, k->t_dp, k->t_optimizer, k->t_step);
+  printf("  throughput: %.4g TFLOP/s per device, MFU %.1f%%, %.0f tokens per step\n",
+         k->tflops_per_device, 100.0 * k->mfu, k->tokens_per_step);
+  char di[32], de[32], ar[32], ag[32], rs[32];
+  fmt_bytes(k->bytes_dispatch_intra, di, sizeof di);
+  fmt_bytes(k->bytes_dispatch_inter, de, sizeof de);
+  fmt_bytes(k->bytes_all_reduce_intra + k->bytes_all_reduce_inter, ar, sizeof ar);
+  fmt_bytes(k->bytes_all_gather_intra + k->bytes_all_gather_inter, ag, sizeof ag);
+  fmt_bytes(k->bytes_reduce_scatter_intra + k->bytes_reduce_scatter_inter, rs, sizeof rs);
+  printf("  bytes on the wire per step (all ranks): all-to-all %s intra-node + %s inter-node,\n"
+         "    all-reduce %s, all-gather %s, reduce-scatter %s\n",
+         di, de, ar, ag, rs);
+}
+
+static void print_table_head(void) {
+  printf("  %4s  %-30s %4s  %-9s %9s %8s %8s %8s %6s\n", "#", "layout", "mb", "recompute", "step s",
+         "vs best", "mem GiB", "TFLOP/s", "MFU");
+}
+
+static void print_table_row(int64_t i, const xm_plan_candidate_t *c, double best) {
+  char layout[96];
+  fmt_layout(&c->point, layout, sizeof layout);
+  printf("  %4" PRId64 "  %-30s %4" PRId64 "  %-9s %9.3f %+7.1f%% %8.2f %8.1f %5.1f%%\n", i + 1,
+         layout, c->point.micro_batch, xm_recompute_name(c->point.recompute), c->cost.t_step,
+         best > 0 ? 100.0 * (c->cost.t_step / best - 1.0) : 0.0, c->cost.total / GIB,
+         c->cost.tflops_per_device, 100.0 * c->cost.mfu);
+}
+
+static void print_reasons(const xm_plan_result_t *r) {
+  int64_t n = 0;
+  reason_t *rs = collect_reasons(r, &n);
+  int64_t rejected = r->num - r->num_fit;
+  if (rejected == 0) return;
+  printf("\nrejected: %" PRId64 " configuration%s; the most common reasons (one example "
+         "each):\n",
+         rejected, rejected == 1 ? "" : "s");
+  for (int64_t i = 0; i < n && i < PLAN_TEXT_REASONS; i++)
+    printf("  %6" PRId64 "  %s\n", rs[i].count, rs[i].example);
+  if (n > PLAN_TEXT_REASONS)
+    printf("  (and %" PRId64 " other reasons; --json lists all)\n", n - PLAN_TEXT_REASONS);
+  free(rs);
+}
+
+static void print_text_one(const xm_spec_t *s, const xm_plan_result_t *r, int64_t top) {
+  print_header(s);
+  printf("policy: %s; searched %" PRId64 " configurations: %" PRId64 " legal, %" PRId64 " fit\n\n",
+         xm_policy_name(r->policy), r->num, r->num_legal, r->num_fit);
+  if (r->num == 0 || !r->cands[0].legal) {
+    printf("no legal configuration for %" PRId64 " ranks under policy %s\n", r->world,
+           xm_policy_name(r->policy));
+  } else {
+    print_chosen(&r->cands[0], r->chosen >= 0);
+    if (r->chosen < 0) printf("no configuration fits; the one above has the smallest shortfall\n");
+  }
+  if (r->chosen >= 0 && r->num_fit > 1 && top != 1) {
+    int64_t last = top == 0 ? r->num_fit : (top + 1 < r->num_fit ? top + 1 : r->num_fit);
+    printf("\nrunners-up:\n");
+    print_table_head();
+    for (int64_t i = 1; i < last; i++)
+      print_table_row(i, &r->cands[i], r->cands[0].cost.t_step);
+  }
+  print_reasons(r);
+}
+
+static void print_text_policies(const xm_spec_t *s, xm_plan_result_t *rs, int n) {
+  print_header(s);
+  double best = 0;
+  for (int i = 0; i < n; i++)
+    if (rs[i].chosen >= 0 && (best == 0 || rs[i].cands[0].cost.t_step < best))
+      best = rs[i].cands[0].cost.t_step;
+  printf("\n  %-14s %-30s %4s  %-9s %9s %8s %8s %8s %6s  %s\n", "policy", "best layout", "mb",
+         "recompute", "step s", "vs best", "mem GiB", "TFLOP/s", "MFU", "fit/legal/searched");
+  for (int i = 0; i < n; i++) {
+    const xm_plan_result_t *r = &rs[i];
+    if (r->num == 0 || !r->cands[0].legal) {
+      printf("  %-14s no legal configuration (%" PRId64 " searched)\n", xm_policy_name(r->policy),
+             r->num);
+      continue;
+    }
+    const xm_plan_candidate_t *c = &r->cands[0];
+    char layout[96];
+    fmt_layout(&c->point, layout, sizeof layout);
+    if (r->chosen < 0) {
+      printf("  %-14s %-30s %4" PRId64 "  %-9s  does not fit: short by %.2f GiB per rank"
+             "  %" PRId64 "/%" PRId64 "/%" PRId64 "\n",
+             xm_policy_name(r->policy), layout, c->point.micro_batch,
+             xm_recompute_name(c->point.recompute), c->cost.shortfall / GIB, r->num_fit,
+             r->num_legal, r->num);
+      continue;
+    }
+    printf("  %-14s %-30s %4" PRId64 "  %-9s %9.3f %+7.1f%% %8.2f %8.1f %5.1f%%  %" PRId64
+           "/%" PRId64 "/%" PRId64 "\n",
+           xm_policy_name(r->policy), layout, c->point.micro_batch,
+           xm_recompute_name(c->point.recompute), c->cost.t_step,
+           best > 0 ? 100.0 * (c->cost.t_step / best - 1.0) : 0.0, c->cost.total / GIB,
+           c->cost.tflops_per_device, 100.0 * c->cost.mfu, r->num_fit, r->num_legal, r->num);
+  }
+}
+
+static void print_text_max(const xm_spec_t *s, const xm_plan_max_t *ms, int n) {
+  print_header(s);
+  printf("model family: heads (hidden), MoE layers and experts scale by cbrt(scale) "
+         "(docs/plan-json.md)\n\n");
+  printf("  %-14s %8s %10s %7s %7s %8s  %-30s %9s %8s\n", "policy", "scale", "params", "hidden",
+         "layers", "experts", "best layout", "step s", "mem GiB");
+  for (int i = 0; i < n; i++) {
+    const xm_plan_max_t *m = &ms[i];
+    if (m->scale <= 0) {
+      printf("  %-14s nothing fits, not even scale 1/4096\n", xm_policy_name(m->policy));
+      continue;
+    }
+    xm_spec_t member;
+    xm_plan_family_member(s, m->scale, &member);
+    char params[32], layout[96];
+    fmt_count((double)m->params, params, sizeof params);
+    fmt_layout(&m->best.point, layout, sizeof layout);
+    printf("  %-14s %8.3f %10s %7" PRId64 " %7" PRId64 " %8" PRId64 "  %-30s %9.3f %8.2f\n",
+           xm_policy_name(m->policy), m->scale, params, member.model.hidden, member.model.layers,
+           member.moe.experts, layout, m->best.cost.t_step, m->best.cost.total / GIB);
+  }
+}
+
+/* ---- JSON ------------------------------------------------------------------ */
+
+static cJSON *json_candidate(const xm_plan_candidate_t *c) {
+  const xm_cost_point_t *p = &c->point;
+  const xm_cost_t *k = &c->cost;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "dp", (double)p->layout.dp);
+  cJSON_AddNumberToObject(o, "tp", (double)p->layout.tp);
+  cJSON_AddNumberToObject(o, "ep", (double)p->layout.ep);
+  cJSON_AddBoolToObject(o, "ssmb", p->layout.ssmb);
+  cJSON_AddBoolToObject(o, "rbd", p->layout.rbd);
+  cJSON_AddNumberToObject(o, "zero", p->layout.zero);
+  cJSON_AddStringToObject(o, "recompute", xm_recompute_name(p->recompute));
+  cJSON_AddNumberToObject(o, "micro_batch", (double)p->micro_batch);
+  cJSON_AddNumberToObject(o, "dispatch_bound", (double)(p->dispatch_bound > 0 ? p->dispatch_bound : 4));
+  cJSON_AddStringToObject(o, "policy", xm_policy_name(p->policy));
+  cJSON_AddBoolToObject(o, "legal", c->legal);
+  cJSON_AddBoolToObject(o, "fits", c->legal && k->fits);
+  cJSON_AddStringToObject(o, "reason", c->reason);
+  cJSON_AddNumberToObject(o, "grad_accum", (double)k->grad_accum);
+  cJSON *m = cJSON_AddObjectToObject(o, "memory_bytes");
+  const struct {
+    const char *key;
+    double v;
+  } mem[] = {{"weights", k->weights},     {"grads", k->grads},
+             {"optimizer", k->optimizer}, {"activations", k->activations},
+             {"buffers", k->buffers},     {"overhead", k->overhead},
+             {"total", k->total},         {"device", k->device}};
+  for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++)
+    cJSON_AddNumberToObject(m, mem[i].key, mem[i].v);
+  cJSON_AddNumberToObject(o, "shortfall_bytes", k->shortfall);
+  cJSON_AddNumberToObject(o, "step_time_s", k->t_step);
+  cJSON *t = cJSON_AddObjectToObject(o, "time_s");
+  cJSON_AddNumberToObject(t, "compute", k->t_compute);
+  cJSON_AddNumberToObject(t, "dispatch", k->t_dispatch);
+  cJSON_AddNumberToObject(t, "tp", k->t_tp);
+  cJSON_AddNumberToObject(t, "dp", k->t_dp);
+  cJSON_AddNumberToObject(t, "optimizer", k->t_optimizer);
+  cJSON_AddNumberToObject(o, "tokens_per_step", k->tokens_per_step);
+  cJSON_AddNumberToObject(o, "flops_per_device", k->flops_per_device);
+  cJSON_AddNumberToObject(o, "tflops_per_device", k->tflops_per_device);
+  cJSON_AddNumberToObject(o, "mfu", k->mfu);
+  cJSON *w = cJSON_AddObjectToObject(o, "wire_bytes");
+  const struct {
+    const char *key;
+    double v;
+  } wire[] = {{"dispatch_intra", k->bytes_dispatch_intra},
+              {"dispatch_inter", k->bytes_dispatch_inter},
+              {"all_reduce_intra", k->bytes_all_reduce_intra},
+              {"all_reduce_inter", k->bytes_all_reduce_inter},
+              {"all_gather_intra", k->bytes_all_gather_intra},
+              {"all_gather_inter", k->bytes_all_gather_inter},
+              {"reduce_scatter_intra", k->bytes_reduce_scatter_intra},
+              {"reduce_scatter_inter", k->bytes_reduce_scatter_inter}};
+  for (size_t i = 0; i < sizeof wire / sizeof wire[0]; i++)
+    cJSON_AddNumberToObject(w, wire[i].key, wire[i].v);
+  return o;
+}
+
+static void json_header(cJSON *root, const xm_spec_t *s) {
+  const xm_cluster_spec_t *cl = &s->cluster;
+  xm_count_t c;
+  xm_count_params(s, &c);
+  cJSON_AddStringToObject(root, "model", s->name);
+  cJSON_AddNumberToObject(root, "params", (double)c.total);
+  cJSON_AddBoolToObject(root, "trainable", s->model.attention != XM_ATTN_MLA);
+  cJSON_AddNumberToObject(root, "seq_len", (double)s->training.seq_len);
+  cJSON_AddNumberToObject(root, "global_batch", (double)s->training.global_batch);
+  cJSON *k = cJSON_AddObjectToObject(root, "cluster");
+  cJSON_AddStringToObject(k, "name", cl->name);
+  cJSON_AddNumberToObject(k, "nodes", (double)cl->nodes);
+  cJSON_AddNumberToObject(k, "ranks_per_node", (double)cl->ranks_per_node);
+  cJSON_AddNumberToObject(k, "world", (double)(cl->nodes * cl->ranks_per_node));
+  cJSON_AddNumberToObject(k, "device_memory_gib", cl->device_memory_gib);
+}
+
+/* The fields of one policy's plan into `o`. */
+static void json_plan(cJSON *o, const xm_plan_result_t *r, int64_t top) {
+  cJSON_AddStringToObject(o, "policy", xm_policy_name(r->policy));
+  cJSON_AddNumberToObject(o, "enumerated", (double)r->num);
+  cJSON_AddNumberToObject(o, "legal", (double)r->num_legal);
+  cJSON_AddNumberToObject(o, "fit", (double)r->num_fit);
+  cJSON_AddItemToObject(o, "chosen",
+                        r->num > 0 ? json_candidate(&r->cands[0]) : cJSON_CreateNull());
+  int64_t n = top == 0 ? r->num : (top + 1 < r->num ? top + 1 : r->num);
+  cJSON *arr = cJSON_AddArrayToObject(o, "candidates");
+  for (int64_t i = 0; i < n; i++)
+    cJSON_AddItemToArray(arr, json_candidate(&r->cands[i]));
+  int64_t nr = 0;
+  reason_t *rs = collect_reasons(r, &nr);
+  cJSON *rej = cJSON_AddArrayToObject(o, "rejections");
+  for (int64_t i = 0; i < nr; i++) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "count", (double)rs[i].count);
+    cJSON_AddStringToObject(e, "reason", rs[i].example);
+    cJSON_AddItemToArray(rej, e);
+  }
+  free(rs);
+}
+
+static int emit_json(cJSON *root) {
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  if (!text) {
+    fprintf(stderr, "xmoec plan: error: out of memory printing JSON\n");
+    return 1;
+  }
+  printf("%s\n", text);
+  cJSON_free(text);
+  return 0;
+}
+
+/* ---- entry ---------------------------------------------------------------- */
+
+static xm_status_t load(const plan_args_t *a, xm_diag_t *diag, xm_spec_t *spec) {
+  xm_status_t st = xm_spec_load_file(a->spec_path, diag, spec);
+  if (st == XM_OK && a->cluster_path) st = xm_spec_load_cluster_file(a->cluster_path, diag, spec);
+  if (st == XM_OK && a->global_batch > 0) {
+    spec->training.global_batch = a->global_batch;
+    /* The search chooses the micro-batch; the spec's only has to divide. */
+    if (a->global_batch % spec->training.micro_batch != 0) spec->training.micro_batch = 1;
+    int before = xm_diag_error_count(diag);
+    xm_spec_validate(spec, "--global-batch", diag);
+    if (xm_diag_error_count(diag) > before) st = XM_ERR_INVALID_INPUT;
+  }
+  if (st == XM_OK && xm_diag_error_count(diag) > 0) st = XM_ERR_INVALID_INPUT;
+  if (st == XM_OK && !spec->cluster.present) {
+    xm_diag_add(diag, XM_DIAG_ERROR, a->spec_path, "/cluster",
+                "no cluster to plan for: give --cluster FILE or a \"cluster\" section");
+    st = XM_ERR_INVALID_INPUT;
+  }
+  return st;
+}
+
+static int run_searches(const plan_args_t *a, const xm_spec_t *spec, xm_diag_t *diag) {
+  xm_policy_t first = a->all_policies ? 0 : a->policy;
+  int n = a->all_policies ? XM_POLICY_COUNT : 1;
+  if (a->max_model) {
+    xm_plan_max_t ms[XM_POLICY_COUNT];
+    for (int i = 0; i < n; i++) {
+      xm_status_t st = xm_plan_max_model(spec, (xm_policy_t)(first + i), diag, &ms[i]);
+      if (st != XM_OK) return xm_status_exit_code(st);
+    }
+    if (!a->json) {
+      print_text_max(spec, ms, n);
+      return 0;
+    }
+    cJSON *root = cJSON_CreateObject();
+    json_header(root, spec);
+    cJSON *arr = cJSON_AddArrayToObject(root, "max_model");
+    for (int i = 0; i < n; i++) {
+      xm_spec_t member;
+      xm_plan_family_member(spec, ms[i].scale > 0 ? ms[i].scale : 1.0, &member);
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "policy", xm_policy_name(ms[i].policy));
+      cJSON_AddNumberToObject(o, "scale", ms[i].scale);
+      cJSON_AddNumberToObject(o, "params", (double)ms[i].params);
+      cJSON_AddBoolToObject(o, "fits", ms[i].scale > 0);
+      cJSON_AddNumberToObject(o, "hidden", ms[i].scale > 0 ? (double)member.model.hidden : 0);
+      cJSON_AddNumberToObject(o, "heads", ms[i].scale > 0 ? (double)member.model.heads : 0);
+      cJSON_AddNumberToObject(o, "layers", ms[i].scale > 0 ? (double)member.model.layers : 0);
+      cJSON_AddNumberToObject(o, "experts", ms[i].scale > 0 ? (double)member.moe.experts : 0);
+      cJSON_AddItemToObject(o, "best", json_candidate(&ms[i].best));
+      cJSON_AddItemToArray(arr, o);
+    }
+    return emit_json(root);
+  }
+  xm_plan_result_t rs[XM_POLICY_COUNT];
+  memset(rs, 0, sizeof rs);
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    xm_status_t st = xm_plan_search(spec, (xm_policy_t)(first + i), diag, &rs[i]);
+    if (st != XM_OK) rc = xm_status_exit_code(st);
+  }
+  if (!rc && !a->json) {
+    if (a->all_policies)
+      print_text_policies(spec, rs, n);
+    else
+      print_text_one(spec, &rs[0], a->top);
+  } else if (!rc) {
+    cJSON *root = cJSON_CreateObject();
+    json_header(root, spec);
+    if (a->all_policies) {
+      cJSON *arr = cJSON_AddArrayToObject(root, "policies");
+      for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        json_plan(o, &rs[i], a->top);
+        cJSON_AddItemToArray(arr, o);
+      }
+    } else {
+      json_plan(root, &rs[0], a->top);
+    }
+    rc = emit_json(root);
+  }
+  for (int i = 0; i < n; i++)
+    xm_plan_result_free(&rs[i]);
+  return rc;
+}
+
+int xm_cmd_plan(int argc, char **argv) {
+  plan_args_t a;
+  int rc = plan_parse_args(argc, argv, &a);
+  if (rc) return rc;
+  if (a.help) {
+    plan_usage(stdout);
+    return 0;
+  }
+  xm_diag_t diag;
+  xm_diag_init(&diag);
+  xm_spec_t spec;
+  xm_status_t st = load(&a, &diag, &spec);
+  /* Warnings about the inputs come before the plan. */
+  xm_diag_print(&diag, stderr);
+  int errors = xm_diag_error_count(&diag);
+  xm_diag_free(&diag);
+  xm_diag_init(&diag);
+  if (st == XM_OK) {
+    fflush(stderr);
+    rc = run_searches(&a, &spec, &diag);
+    xm_diag_print(&diag, stderr);
+    errors += xm_diag_error_count(&diag);
+  } else {
+    rc = xm_status_exit_code(st);
+  }
+  xm_diag_free(&diag);
+  if (rc && errors)
+    fprintf(stderr, "xmoec plan: failed (%d error%s)\n", errors, errors == 1 ? "" : "s");
+  return rc;
+}
