@@ -50,6 +50,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "codegen/c_program.h"
 #include "frontend/layout.h"
 #include "frontend/spec.h"
@@ -116,17 +117,6 @@ static void compile_usage(FILE *out) {
           "(the fastest that fits, as `xmoec plan` shows); without a cluster: one rank.\n");
 }
 
-static const char *flag_value(int argc, char **argv, int *i, const char *flag, bool *missing) {
-  size_t n = strlen(flag);
-  if (strncmp(argv[*i], flag, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = true;
-    return NULL;
-  }
-  return argv[++*i];
-}
 
 static bool switch_flag(const char *arg, compile_args_t *a) {
   if (strcmp(arg, "--print-ir-after-all") == 0) a->print_after_all = true;
@@ -153,17 +143,6 @@ static const struct {
     {"--ranks-per-node", XM_LAYOUT_RANKS_PER_NODE, 0, INT64_MAX, "an integer >= 0 (0: unknown)"},
 };
 
-/* A whole decimal integer in [min, max] ("2x", "", " 2" and overflow are
- * not). */
-static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
-  if (!s[0] || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9'))) return false;
-  errno = 0;
-  char *end = NULL;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end || v < min || v > max) return false;
-  *out = v;
-  return true;
-}
 
 static void set_knob(xm_layout_t *l, xm_layout_knob_t knob, int64_t v) {
   switch (knob) {
@@ -190,7 +169,7 @@ static bool layout_flag(int argc, char **argv, int *i, compile_args_t *a, int *o
   }
   for (size_t k = 0; k < sizeof k_layout_flags / sizeof k_layout_flags[0]; k++) {
     bool missing = false;
-    const char *v = flag_value(argc, argv, i, k_layout_flags[k].flag, &missing);
+    const char *v = xm_arg_value(argc, argv, i, k_layout_flags[k].flag, &missing);
     if (missing) {
       fprintf(stderr, "xmoec compile: error: %s needs a value (%s)\n", k_layout_flags[k].flag,
               k_layout_flags[k].expected);
@@ -199,7 +178,7 @@ static bool layout_flag(int argc, char **argv, int *i, compile_args_t *a, int *o
     }
     if (!v) continue;
     int64_t n;
-    if (!parse_int(v, k_layout_flags[k].min, k_layout_flags[k].max, &n)) {
+    if (!xm_arg_int(v, k_layout_flags[k].min, k_layout_flags[k].max, &n)) {
       fprintf(stderr, "xmoec compile: error: %s needs %s, got '%s'\n", k_layout_flags[k].flag,
               k_layout_flags[k].expected, v);
       *out_rc = 2;
@@ -224,17 +203,17 @@ static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *ou
     } else if (switch_flag(argv[i], a)) {
     } else if (layout_flag(argc, argv, &i, a, &rc)) {
       if (rc) return rc;
-    } else if ((v = flag_value(argc, argv, &i, "--dispatch-bound", &missing))) {
-      if (!parse_int(v, 1, 1 << 24, &a->dispatch_bound)) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--dispatch-bound", &missing))) {
+      if (!xm_arg_int(v, 1, 1 << 24, &a->dispatch_bound)) {
         fprintf(stderr, "xmoec compile: error: --dispatch-bound needs an integer in [1, %d], got '%s'\n",
                 1 << 24, v);
         return 2;
       }
-    } else if ((v = flag_value(argc, argv, &i, "--cluster", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--cluster", &missing))) {
       a->cluster = v;
-    } else if ((v = flag_value(argc, argv, &i, "--cc", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--cc", &missing))) {
       a->cc = v;
-    } else if ((v = flag_value(argc, argv, &i, "-o", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "-o", &missing))) {
       a->out_dir = v;
     } else if (missing) {
       fprintf(stderr, "xmoec compile: error: %s needs a value\n", argv[i]);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "support/diag.h"
 #include "support/strbuf.h"
 #include "tools/xmoec/commands.h"
@@ -46,17 +47,6 @@ static void inspect_usage(FILE *out) {
           "docs/inspect.md describes every format and the models behind the numbers.\n");
 }
 
-static const char *flag_value(int argc, char **argv, int *i, const char *flag, bool *missing) {
-  size_t n = strlen(flag);
-  if (strncmp(argv[*i], flag, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = true;
-    return NULL;
-  }
-  return argv[++*i];
-}
 
 static int inspect_parse_args(int argc, char **argv, inspect_args_t *a, bool *out_help) {
   for (int i = 0; i < argc; i++) {
@@ -65,7 +55,7 @@ static int inspect_parse_args(int argc, char **argv, inspect_args_t *a, bool *ou
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       *out_help = true;
       return 0;
-    } else if ((v = flag_value(argc, argv, &i, "--format", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--format", &missing))) {
       static const char *const names[] = {"text", "dot", "html", "trace"};
       int k = -1;
       for (int j = 0; j < 4; j++)
@@ -78,9 +68,9 @@ static int inspect_parse_args(int argc, char **argv, inspect_args_t *a, bool *ou
         return 2;
       }
       a->format = (format_t)k;
-    } else if ((v = flag_value(argc, argv, &i, "--cluster", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--cluster", &missing))) {
       a->cluster = v;
-    } else if ((v = flag_value(argc, argv, &i, "-o", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "-o", &missing))) {
       a->output = v;
     } else if (missing) {
       fprintf(stderr, "xmoec inspect: error: %s needs a value\n", argv[i]);

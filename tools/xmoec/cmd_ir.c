@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "frontend/spec.h"
 #include "ir/mlir_bridge.h"
 #include "ir/model.h"
@@ -40,19 +41,6 @@ static void ir_usage(FILE *out) {
                "  -o OUT            write to OUT instead of stdout\n");
 }
 
-/* Value of "--flag=v" or "--flag v"; advances *i past a separate value.
- * NULL when argv[*i] is not this flag; sets *missing when the value is. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag, bool *missing) {
-  size_t n = strlen(flag);
-  if (strncmp(argv[*i], flag, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = true;
-    return NULL;
-  }
-  return argv[++*i];
-}
 
 /* Returns 0 to go on, else an exit code (2 bad flags, 0 after --help). */
 static int ir_parse_args(int argc, char **argv, ir_args_t *a, bool *out_help) {
@@ -62,15 +50,15 @@ static int ir_parse_args(int argc, char **argv, ir_args_t *a, bool *out_help) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       *out_help = true;
       return 0;
-    } else if ((v = flag_value(argc, argv, &i, "--emit", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--emit", &missing))) {
       if (strcmp(v, "xir") != 0 && strcmp(v, "mlir") != 0) {
         fprintf(stderr, "xmoec ir: error: --emit must be xir or mlir, not '%s'\n", v);
         return 2;
       }
       a->mlir = strcmp(v, "mlir") == 0;
-    } else if ((v = flag_value(argc, argv, &i, "--cluster", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--cluster", &missing))) {
       a->cluster = v;
-    } else if ((v = flag_value(argc, argv, &i, "-o", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "-o", &missing))) {
       a->output = v;
     } else if (missing) {
       fprintf(stderr, "xmoec ir: error: %s needs a value\n", argv[i]);

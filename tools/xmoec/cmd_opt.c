@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "ir/mlir_bridge.h"
 #include "ir/text.h"
 #include "ir/verify.h"
@@ -55,17 +56,6 @@ static void opt_usage(FILE *out) {
   }
 }
 
-static const char *flag_value(int argc, char **argv, int *i, const char *flag, bool *missing) {
-  size_t n = strlen(flag);
-  if (strncmp(argv[*i], flag, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = true;
-    return NULL;
-  }
-  return argv[++*i];
-}
 
 /* Flags without a value; false when argv[i] is none of them. */
 static bool switch_flag(const char *arg, opt_args_t *a) {
@@ -89,15 +79,15 @@ static int opt_parse_args(int argc, char **argv, opt_args_t *a, bool *out_help) 
       *out_help = true;
       return 0;
     } else if (switch_flag(argv[i], a)) {
-    } else if ((v = flag_value(argc, argv, &i, "--pipeline", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--pipeline", &missing))) {
       a->pipeline = v;
-    } else if ((v = flag_value(argc, argv, &i, "--emit", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--emit", &missing))) {
       if (strcmp(v, "xir") != 0 && strcmp(v, "mlir") != 0) {
         fprintf(stderr, "xmoec opt: error: --emit must be xir or mlir, not '%s'\n", v);
         return 2;
       }
       a->mlir_out = strcmp(v, "mlir") == 0;
-    } else if ((v = flag_value(argc, argv, &i, "-o", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "-o", &missing))) {
       a->output = v;
     } else if (missing) {
       fprintf(stderr, "xmoec opt: error: %s needs a value\n", argv[i]);
