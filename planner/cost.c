@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "frontend/count.h"
+#include "planner/routing.h"
 
 /* ---- documented constants (docs/cost-model.md, "Constants") ------------------ */
 
@@ -216,6 +217,7 @@ typedef struct {
   double rows_buf;       /* rows the expert buffers hold per rank */
   double rows_comp;      /* rows the expert GEMMs compute per rank (expected) */
   double fe_local;       /* expert FFN width per rank (TED splits it) */
+  double imb;            /* measured routing: the busiest EP rank's rows / the mean (1: uniform) */
   family_t fam[G_COUNT];
 } cx_t;
 
@@ -234,7 +236,7 @@ static double align_up(double bytes) { return ceil(bytes / ALIGN_BYTES) * ALIGN_
 
 /* Refuses what cannot be costed; fills the shape. */
 static xm_status_t setup(cx_t *c, const xm_spec_t *s, const xm_net_t *net,
-                         const xm_cost_point_t *pt, xm_diag_t *diag) {
+                         const xm_cost_point_t *pt, const xm_cost_routing_t *rt, xm_diag_t *diag) {
   memset(c, 0, sizeof *c);
   c->s = s;
   c->net = net;
@@ -353,6 +355,7 @@ static xm_status_t setup(cx_t *c, const xm_spec_t *s, const xm_net_t *net,
     return XM_ERR_INVALID_INPUT;
   }
   c->ssmb = c->l.ssmb;
+  c->imb = 1.0;
 
   /* Dtypes: the runtime trains in fp32 (weights, grads, m, v); bf16/fp16
    * keep 2-byte weights, grads and activations and fp32 master weights,
@@ -385,6 +388,23 @@ static xm_status_t setup(cx_t *c, const xm_spec_t *s, const xm_net_t *net,
      * to ep = dispatch_bound); X-MoE allocates what arrives. */
     int64_t B = pt->dispatch_bound > 0 ? pt->dispatch_bound : 4;
     c->rows_buf = c->pol == XM_POLICY_XMOEC && c->ep > 1 ? (double)(c->ep < B ? c->ep : B) * N : N;
+    /* A measured routing (docs/cost-model.md, "Measured routing"): the
+     * busiest EP rank receives and computes imb times the mean; xmoec's
+     * static buffers must hold the worst layer's, X-MoE's grow. */
+    if (rt && rt->measured && c->ep > 1 && c->E > 0) {
+      c->imb = xm_routing_imbalance(rt->measured, c->ep, false);
+      double worst = xm_routing_imbalance(rt->measured, c->ep, true);
+      int64_t hold = c->ep < B ? c->ep : B;
+      if (c->pol == XM_POLICY_XMOEC && worst > (double)hold * (1 + 1e-9)) {
+        err(diag,
+            "routing: the busiest EP rank gets %.2fx its fair share, over the receive "
+            "buffers' min(ep, %lld) = %lldx (--dispatch-bound %lld holds it)",
+            worst, (long long)B, (long long)hold, (long long)ceil(worst - 1e-9));
+        return XM_ERR_INVALID_INPUT;
+      }
+      c->rows_comp = c->imb * N;
+      if (c->pol == XM_POLICY_XMOE) c->rows_buf = c->imb * N;
+    }
   }
 
   /* Group families. xmoec: TP consecutive, DP strided by tp, EP consecutive,
@@ -727,9 +747,15 @@ static void dispatch_comm(const cx_t *c, const xm_cost_routing_t *rt, bool recom
   if (c->rbd) {
     int64_t nodes = xm_net_group_nodes(c->net, family_group(f, 0));
     double m = P / (double)nodes; /* EP ranks per node */
-    /* Chances that a node / a given rank holds one of the token's experts. */
-    double p_node = xm_cost_rbd_expected_copies(c->E, c->k, nodes) / (double)nodes;
-    double p_rank = xm_cost_rbd_expected_copies(c->E, c->k, c->ep) / P;
+    /* Chances that a node / a given rank holds one of the token's experts:
+     * the uniform expectation, or a measured routing's (planner/routing.h;
+     * a token reaches at least as many ranks as nodes). */
+    const xm_routing_t *mr = rt ? rt->measured : NULL;
+    double c_node = xm_routing_rbd_copies(mr, c->E, c->k, nodes);
+    double c_rank = xm_routing_rbd_copies(mr, c->E, c->k, c->ep);
+    if (c_rank < c_node) c_rank = c_node;
+    double p_node = c_node / (double)nodes;
+    double p_rank = c_rank / P;
     double distinct = m * p_rank; /* ranks of one node the token reaches */
     inter_rows = c->Tm * ((double)nodes - 1) * p_node;
     intra_rows = c->Tm * (((double)nodes - 1) * (distinct - p_node) + distinct - p_node / m);
@@ -756,7 +782,12 @@ static void dispatch_comm(const cx_t *c, const xm_cost_routing_t *rt, bool recom
     coll_t a = a2a_family(c->net, f, intra_rows * mv[i], inter_rows * mv[i]);
     double times = layers * ((recompute_fwd && i < 2) ? 2 : 1);
     add_coll(&cm->dispatch_intra, &cm->dispatch_inter, a, times);
-    cm->t_dispatch += times * a.seconds;
+    /* A skewed routing: the busiest rank moves imb times the mean rows. */
+    double secs = c->imb > 1.0 ? a2a_family(c->net, f, c->imb * intra_rows * mv[i],
+                                            c->imb * inter_rows * mv[i])
+                                     .seconds
+                               : a.seconds;
+    cm->t_dispatch += times * secs;
   }
 }
 
@@ -879,7 +910,7 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
     return XM_ERR_INVALID_INPUT;
   }
   cx_t c;
-  XM_RETURN_IF_ERROR(setup(&c, spec, net, point, diag));
+  XM_RETURN_IF_ERROR(setup(&c, spec, net, point, routing, diag));
 
   /* Memory. */
   table_t tb;

@@ -59,6 +59,13 @@ typedef struct {
    * expected value under uniform routing is used. The capacity-padded policies send
    * their whole buffers whatever the routing. */
   double rbd_rows_intra;
+  /* A measured routing that carries over to every layout (planner/routing.h:
+   * a histogram or an out/train --log of an RBD run); NULL: none. It scales
+   * the padding-free dispatch's time and the expert compute by the busiest
+   * EP rank's imbalance, refuses an xmoec point whose receive buffers
+   * cannot hold it, and replaces the uniform RBD copies (unless `given`
+   * fixes the rows); docs/cost-model.md, "Measured routing". */
+  const struct xm_routing *measured;
 } xm_cost_routing_t;
 
 typedef struct {

@@ -39,6 +39,8 @@
  */
 #include "planner/plan.h"
 
+#include "planner/routing.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,7 +159,7 @@ static xm_status_t cost_point(search_t *s, const xm_cost_point_t *p) {
     c.legal = false;
     char msg[160];
     first_error(&s->scratch, xm_status_name(st), msg, sizeof msg);
-    snprintf(c.reason, sizeof c.reason, "cost model: %s", msg);
+    snprintf(c.reason, sizeof c.reason, "%s", msg); /* already "cost model: ..." */
   } else if (!c.cost.fits) {
     snprintf(c.reason, sizeof c.reason,
              "does not fit: needs %.1f GiB per rank, the device has %.1f GiB (short by %.1f GiB)",
@@ -215,8 +217,17 @@ static xm_status_t expand(search_t *s, xm_layout_t l, int64_t mb) {
        * try the default (4: exact up to ep 4) and 2 (twice a rank's fair
        * share; a routing beyond it stops the run with the observed size). */
       bool two = s->policy == XM_POLICY_XMOEC && s->dispatch_bound == 0 && l.ep > 2 && legal;
-      for (int b = 0; b < (two ? 2 : 1); b++) {
-        p.dispatch_bound = b == 0 ? s->dispatch_bound : 2;
+      /* A measured routing whose busiest EP rank needs more than 4x: also
+       * the smallest bound that holds its worst layer. */
+      int64_t need = 0;
+      if (two && s->routing && s->routing->measured) {
+        double f = xm_routing_imbalance(s->routing->measured, l.ep, true);
+        need = (int64_t)ceil(f - 1e-9);
+        if (need <= 4 || need >= l.ep) need = 0;
+      }
+      int nb = two ? (need ? 3 : 2) : 1;
+      for (int b = 0; b < nb; b++) {
+        p.dispatch_bound = b == 0 ? s->dispatch_bound : b == 1 ? 2 : need;
         xm_status_t st = legal ? cost_point(s, &p) : add_illegal(s, &p, reason);
         if (st != XM_OK) return st;
       }

@@ -3,6 +3,7 @@
  *
  *   xmoec plan MODEL.json [--cluster FILE] [--json] [--top N]
  *              [--policy P|all] [--max-model] [--global-batch N]
+ *              [--routing FILE [--routing-nodes N]]
  *
  * One policy (default xmoec): the search of planner/plan.c, printed as the
  * chosen configuration (layout, micro-batch, recompute), its memory per
@@ -19,6 +20,12 @@
  * (it would default to one sequence). The spec's "parallel" section, when
  * present, is ignored by the search: planning is choosing it.
  *
+ * --routing FILE replaces the uniform routing the cost model assumes by a
+ * measured one (planner/routing.h): a routing histogram, or the --log of
+ * an RBD run with --routing-nodes, the nodes that run's EP group spanned.
+ * The output says which routing was assumed and, per candidate, the
+ * imbalance and RBD copies it implied (docs/plan-json.md).
+ *
  * Bad flags and files exit 2 with the place; a model every configuration
  * of which fails to fit is an answer, not an error (exit 0, "fits": false).
  */
@@ -31,9 +38,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "args.h"
 #include "frontend/count.h"
 #include "frontend/spec.h"
 #include "planner/plan.h"
+#include "planner/routing.h"
 #include "support/diag.h"
 #include "support/status.h"
 #include "tools/xmoec/commands.h"
@@ -50,12 +59,23 @@ typedef struct {
   xm_policy_t policy;
   int64_t top;
   int64_t global_batch; /* 0: the spec's */
+  const char *routing_path;
+  int64_t routing_nodes; /* 0: not given */
 } plan_args_t;
+
+/* What the output functions need besides a candidate: the spec planned,
+ * its cluster's network, and the measured routing (NULL: uniform). */
+typedef struct {
+  const xm_spec_t *spec;
+  xm_net_t net;
+  const xm_routing_t *routing;
+} plan_ctx_t;
 
 static void plan_usage(FILE *out) {
   fprintf(out,
           "usage: xmoec plan MODEL.json [--cluster FILE] [--json] [--top N]\n"
           "                  [--policy P|all] [--max-model] [--global-batch N]\n"
+          "                  [--routing FILE [--routing-nodes N]]\n"
           "\n"
           "Searches every legal (dp, tp, ep, ssmb, rbd, zero, recompute, micro_batch)\n"
           "for the cluster's ranks, rejects what does not fit (and says why), ranks\n"
@@ -73,35 +93,17 @@ static void plan_usage(FILE *out) {
           "                      can train on the cluster (every policy unless\n"
           "                      --policy names one)\n"
           "  --global-batch N    sequences per optimizer step (overrides the spec's)\n"
+          "  --routing FILE      a measured routing instead of the uniform one: a routing\n"
+          "                      histogram (JSON), or the out/train --log of an RBD run\n"
+          "                      (docs/plan-json.md, \"Measured routing\")\n"
+          "  --routing-nodes N   with a --log: the nodes that run's EP group spanned\n"
           "  --help              show this help\n",
           PLAN_DEFAULT_TOP);
 }
 
 /* ---- arguments -------------------------------------------------------------- */
 
-/* "--flag VALUE" or "--flag=VALUE"; NULL if argv[*i] is not the flag. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag, bool *missing) {
-  size_t n = strlen(flag);
-  if (strncmp(argv[*i], flag, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = true;
-    return NULL;
-  }
-  return argv[++*i];
-}
 
-/* A whole decimal integer in [min, max]. */
-static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
-  if (!s[0] || !(s[0] == '-' || isdigit((unsigned char)s[0]))) return false;
-  errno = 0;
-  char *end = NULL;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end || v < min || v > max) return false;
-  *out = v;
-  return true;
-}
 
 /* Returns 0 to go on, else the exit code (after a message). */
 static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
@@ -119,26 +121,38 @@ static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
       a->json = true;
     } else if (strcmp(arg, "--max-model") == 0) {
       a->max_model = true;
-    } else if ((v = flag_value(argc, argv, &i, "--cluster", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--cluster", &missing))) {
       if (!v[0]) {
         fprintf(stderr, "xmoec plan: error: --cluster needs a file\n");
         return 2;
       }
       a->cluster_path = v;
-    } else if ((v = flag_value(argc, argv, &i, "--top", &missing))) {
-      if (!parse_int(v, 0, INT32_MAX, &a->top)) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--top", &missing))) {
+      if (!xm_arg_int(v, 0, INT32_MAX, &a->top)) {
         fprintf(stderr, "xmoec plan: error: --top needs an integer >= 0, got '%s'\n", v);
         return 2;
       }
-    } else if ((v = flag_value(argc, argv, &i, "--global-batch", &missing))) {
-      if (!parse_int(v, 1, (int64_t)1 << 24, &a->global_batch)) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--global-batch", &missing))) {
+      if (!xm_arg_int(v, 1, (int64_t)1 << 24, &a->global_batch)) {
         fprintf(stderr,
                 "xmoec plan: error: --global-batch needs an integer in [1, 2^24], got "
                 "'%s'\n",
                 v);
         return 2;
       }
-    } else if ((v = flag_value(argc, argv, &i, "--policy", &missing))) {
+    } else if ((v = xm_arg_value(argc, argv, &i, "--routing-nodes", &missing))) {
+      if (!xm_arg_int(v, 2, (int64_t)1 << 20, &a->routing_nodes)) {
+        fprintf(stderr,
+                "xmoec plan: error: --routing-nodes needs an integer in [2, 2^20], got '%s'\n", v);
+        return 2;
+      }
+    } else if ((v = xm_arg_value(argc, argv, &i, "--routing", &missing))) {
+      if (!v[0]) {
+        fprintf(stderr, "xmoec plan: error: --routing needs a file\n");
+        return 2;
+      }
+      a->routing_path = v;
+    } else if ((v = xm_arg_value(argc, argv, &i, "--policy", &missing))) {
       a->policy_given = true;
       if (strcmp(v, "all") == 0) {
         a->all_policies = true;
@@ -167,6 +181,15 @@ static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
   if (!a->spec_path) {
     fprintf(stderr, "xmoec plan: error: missing model file\n");
     plan_usage(stderr);
+    return 2;
+  }
+  if (a->routing_nodes && !a->routing_path) {
+    fprintf(stderr, "xmoec plan: error: --routing-nodes needs --routing FILE (a --log)\n");
+    return 2;
+  }
+  if (a->routing_path && a->max_model) {
+    fprintf(stderr, "xmoec plan: error: --routing does not apply to --max-model (the family's "
+                    "members change the experts the routing was measured on)\n");
     return 2;
   }
   if (a->max_model && !a->policy_given) a->all_policies = true;
@@ -239,6 +262,70 @@ static reason_t *collect_reasons(const xm_plan_result_t *r, int64_t *n_out) {
   return rs;
 }
 
+/* ---- routing ---------------------------------------------------------------- */
+
+/* What the assumed routing meant for one candidate, as the cost model
+ * applied it (planner/cost.c): the busiest EP rank's imbalance (padding-free
+ * policies only; the padded ones send whole buffers) and, under RBD, the
+ * distinct nodes per token against the uniform expectation. */
+typedef struct {
+  double imbalance, imbalance_worst;
+  bool rbd; /* RBD active: the copies below apply */
+  int64_t rbd_nodes;
+  double copies, copies_uniform;
+} cand_routing_t;
+
+static cand_routing_t candidate_routing(const plan_ctx_t *x, const xm_plan_candidate_t *c) {
+  cand_routing_t o = {1.0, 1.0, false, 0, 0, 0};
+  const xm_cost_point_t *p = &c->point;
+  bool pft = p->policy == XM_POLICY_XMOEC || p->policy == XM_POLICY_XMOE;
+  int64_t E = x->spec->moe.experts, k = x->spec->moe.top_k;
+  if (!pft || E < 1 || p->layout.ep < 2) return o;
+  o.imbalance = xm_routing_imbalance(x->routing, p->layout.ep, false);
+  o.imbalance_worst = xm_routing_imbalance(x->routing, p->layout.ep, true);
+  xm_layout_t l = p->layout;
+  l.ranks_per_node = x->net.ranks_per_node;
+  if (l.rbd && xm_layout_rbd_active(&l)) {
+    /* xmoec's and X-MoE's EP groups are consecutive ranks. */
+    xm_net_group_t g = {.first = 0, .stride = 1, .size = p->layout.ep};
+    o.rbd = true;
+    o.rbd_nodes = xm_net_group_nodes(&x->net, g);
+    o.copies = xm_routing_rbd_copies(x->routing, E, k, o.rbd_nodes);
+    o.copies_uniform = xm_cost_rbd_expected_copies(E, k, o.rbd_nodes);
+  }
+  return o;
+}
+
+static void print_routing_header(const xm_routing_t *r) {
+  if (!r) return;
+  if (r->kind == XM_ROUTING_HISTOGRAM) {
+    printf("routing: histogram %s: %" PRId64 " experts, top_k %" PRId64 ", %" PRId64 " load row%s",
+           r->source, r->experts, r->top_k, r->layers, r->layers == 1 ? "" : "s");
+    if (r->rbd_measured)
+      printf("; RBD measured: %.4g nodes per token at %" PRId64 " nodes (x%.4f uniform)\n",
+             r->rbd_copies, r->rbd_nodes, r->rbd_dedup);
+    else
+      printf("; RBD copies estimated from the loads\n");
+  } else {
+    printf("routing: log %s: %" PRId64 " line%s, %" PRId64 " with rbd rows: %.0f pilot rows "
+           "across nodes for %.0f flat slots,\n"
+           "  %.4g nodes per token at %" PRId64 " nodes (x%.4f uniform); loads uniform\n",
+           r->source, r->log_lines, r->log_lines == 1 ? "" : "s", r->log_rbd_lines, r->inter_rows,
+           r->flat_inter_rows, r->rbd_copies, r->rbd_nodes, r->rbd_dedup);
+  }
+}
+
+static void print_routing_candidate(const plan_ctx_t *x, const xm_plan_candidate_t *c) {
+  if (!x->routing) return;
+  cand_routing_t o = candidate_routing(x, c);
+  printf("  routing: busiest EP rank %.3fx the mean (worst layer %.3fx)", o.imbalance,
+         o.imbalance_worst);
+  if (o.rbd)
+    printf("; RBD %.4g nodes per token of %" PRId64 " (uniform %.4g)", o.copies, o.rbd_nodes,
+           o.copies_uniform);
+  printf("\n");
+}
+
 /* ---- text ------------------------------------------------------------------ */
 
 static void fmt_layout(const xm_cost_point_t *p, char *buf, size_t cap) {
@@ -284,7 +371,7 @@ static void print_header(const xm_spec_t *s) {
     printf("note: this version cannot train MLA attention yet; the plan is a prediction\n");
 }
 
-static void print_chosen(const xm_plan_candidate_t *c, bool fits) {
+static void print_chosen(const plan_ctx_t *x, const xm_plan_candidate_t *c, bool fits) {
   const xm_cost_t *k = &c->cost;
   char layout[96];
   fmt_layout(&c->point, layout, sizeof layout);
@@ -303,6 +390,7 @@ static void print_chosen(const xm_plan_candidate_t *c, bool fits) {
          k->buffers / GIB, k->overhead / GIB, k->total / GIB, k->device / GIB,
          k->device > 0 ? 100.0 * k->total / k->device : 0.0);
   if (!fits) printf("  short by %.2f GiB per rank\n", k->shortfall / GIB);
+  print_routing_candidate(x, c);
   printf("  time per step (s): compute %.3f, expert all-to-all %.3f, tp/ssmb collectives %.3f,\n"
          "    dp gradient reduction %.3f, optimizer %.3f; step %.3f (overlap: "
          "docs/cost-model.md)\n",
@@ -349,15 +437,17 @@ static void print_reasons(const xm_plan_result_t *r) {
   free(rs);
 }
 
-static void print_text_one(const xm_spec_t *s, const xm_plan_result_t *r, int64_t top) {
+static void print_text_one(const plan_ctx_t *x, const xm_plan_result_t *r, int64_t top) {
+  const xm_spec_t *s = x->spec;
   print_header(s);
+  print_routing_header(x->routing);
   printf("policy: %s; searched %" PRId64 " configurations: %" PRId64 " legal, %" PRId64 " fit\n\n",
          xm_policy_name(r->policy), r->num, r->num_legal, r->num_fit);
   if (r->num == 0 || !r->cands[0].legal) {
     printf("no legal configuration for %" PRId64 " ranks under policy %s\n", r->world,
            xm_policy_name(r->policy));
   } else {
-    print_chosen(&r->cands[0], r->chosen >= 0);
+    print_chosen(x, &r->cands[0], r->chosen >= 0);
     if (r->chosen < 0) printf("no configuration fits; the one above has the smallest shortfall\n");
   }
   if (r->chosen >= 0 && r->num_fit > 1 && top != 1) {
@@ -370,8 +460,10 @@ static void print_text_one(const xm_spec_t *s, const xm_plan_result_t *r, int64_
   print_reasons(r);
 }
 
-static void print_text_policies(const xm_spec_t *s, xm_plan_result_t *rs, int n) {
+static void print_text_policies(const plan_ctx_t *x, xm_plan_result_t *rs, int n) {
+  const xm_spec_t *s = x->spec;
   print_header(s);
+  print_routing_header(x->routing);
   double best = 0;
   for (int i = 0; i < n; i++)
     if (rs[i].chosen >= 0 && (best == 0 || rs[i].cands[0].cost.t_step < best))
@@ -430,7 +522,7 @@ static void print_text_max(const xm_spec_t *s, const xm_plan_max_t *ms, int n) {
 
 /* ---- JSON ------------------------------------------------------------------ */
 
-static cJSON *json_candidate(const xm_plan_candidate_t *c) {
+static cJSON *json_candidate(const plan_ctx_t *x, const xm_plan_candidate_t *c) {
   const xm_cost_point_t *p = &c->point;
   const xm_cost_t *k = &c->cost;
   cJSON *o = cJSON_CreateObject();
@@ -442,7 +534,8 @@ static cJSON *json_candidate(const xm_plan_candidate_t *c) {
   cJSON_AddNumberToObject(o, "zero", p->layout.zero);
   cJSON_AddStringToObject(o, "recompute", xm_recompute_name(p->recompute));
   cJSON_AddNumberToObject(o, "micro_batch", (double)p->micro_batch);
-  cJSON_AddNumberToObject(o, "dispatch_bound", (double)(p->dispatch_bound > 0 ? p->dispatch_bound : 4));
+  cJSON_AddNumberToObject(o, "dispatch_bound",
+                          (double)(p->dispatch_bound > 0 ? p->dispatch_bound : 4));
   cJSON_AddStringToObject(o, "policy", xm_policy_name(p->policy));
   cJSON_AddBoolToObject(o, "legal", c->legal);
   cJSON_AddBoolToObject(o, "fits", c->legal && k->fits);
@@ -484,7 +577,55 @@ static cJSON *json_candidate(const xm_plan_candidate_t *c) {
               {"reduce_scatter_inter", k->bytes_reduce_scatter_inter}};
   for (size_t i = 0; i < sizeof wire / sizeof wire[0]; i++)
     cJSON_AddNumberToObject(w, wire[i].key, wire[i].v);
+  cand_routing_t cr = candidate_routing(x, c);
+  cJSON *rt = cJSON_AddObjectToObject(o, "routing");
+  cJSON_AddNumberToObject(rt, "imbalance", cr.imbalance);
+  cJSON_AddNumberToObject(rt, "imbalance_worst", cr.imbalance_worst);
+  if (cr.rbd) {
+    cJSON_AddNumberToObject(rt, "rbd_nodes", (double)cr.rbd_nodes);
+    cJSON_AddNumberToObject(rt, "rbd_copies_per_token", cr.copies);
+    cJSON_AddNumberToObject(rt, "rbd_copies_uniform", cr.copies_uniform);
+  } else {
+    cJSON_AddNullToObject(rt, "rbd_nodes");
+    cJSON_AddNullToObject(rt, "rbd_copies_per_token");
+    cJSON_AddNullToObject(rt, "rbd_copies_uniform");
+  }
   return o;
+}
+
+/* The routing the plan assumed (docs/plan-json.md, "Measured routing"). */
+static void json_routing(cJSON *root, const plan_ctx_t *x) {
+  const xm_routing_t *r = x->routing;
+  cJSON *o = cJSON_AddObjectToObject(root, "routing");
+  cJSON_AddStringToObject(o, "source", r ? xm_routing_kind_name(r->kind) : "uniform");
+  if (r)
+    cJSON_AddStringToObject(o, "file", r->source);
+  else
+    cJSON_AddNullToObject(o, "file");
+  cJSON_AddNumberToObject(o, "experts", (double)(r ? r->experts : x->spec->moe.experts));
+  cJSON_AddNumberToObject(o, "top_k", (double)(r ? r->top_k : x->spec->moe.top_k));
+  cJSON_AddNumberToObject(o, "load_layers", (double)(r ? r->layers : 0));
+  cJSON_AddStringToObject(o, "rbd_from",
+                          !r                ? "uniform"
+                          : r->rbd_measured ? "measured"
+                          : r->layers > 0   ? "loads"
+                                            : "uniform");
+  if (r && r->rbd_measured) {
+    cJSON_AddNumberToObject(o, "rbd_nodes", (double)r->rbd_nodes);
+    cJSON_AddNumberToObject(o, "rbd_copies_per_token", r->rbd_copies);
+    cJSON_AddNumberToObject(o, "rbd_dedup", r->rbd_dedup);
+  } else {
+    cJSON_AddNullToObject(o, "rbd_nodes");
+    cJSON_AddNullToObject(o, "rbd_copies_per_token");
+    cJSON_AddNullToObject(o, "rbd_dedup");
+  }
+  if (r && r->kind == XM_ROUTING_LOG) {
+    cJSON *l = cJSON_AddObjectToObject(o, "log");
+    cJSON_AddNumberToObject(l, "lines", (double)r->log_lines);
+    cJSON_AddNumberToObject(l, "rbd_lines", (double)r->log_rbd_lines);
+    cJSON_AddNumberToObject(l, "inter_rows", r->inter_rows);
+    cJSON_AddNumberToObject(l, "flat_inter_rows", r->flat_inter_rows);
+  }
 }
 
 static void json_header(cJSON *root, const xm_spec_t *s) {
@@ -505,17 +646,17 @@ static void json_header(cJSON *root, const xm_spec_t *s) {
 }
 
 /* The fields of one policy's plan into `o`. */
-static void json_plan(cJSON *o, const xm_plan_result_t *r, int64_t top) {
+static void json_plan(cJSON *o, const plan_ctx_t *x, const xm_plan_result_t *r, int64_t top) {
   cJSON_AddStringToObject(o, "policy", xm_policy_name(r->policy));
   cJSON_AddNumberToObject(o, "enumerated", (double)r->num);
   cJSON_AddNumberToObject(o, "legal", (double)r->num_legal);
   cJSON_AddNumberToObject(o, "fit", (double)r->num_fit);
   cJSON_AddItemToObject(o, "chosen",
-                        r->num > 0 ? json_candidate(&r->cands[0]) : cJSON_CreateNull());
+                        r->num > 0 ? json_candidate(x, &r->cands[0]) : cJSON_CreateNull());
   int64_t n = top == 0 ? r->num : (top + 1 < r->num ? top + 1 : r->num);
   cJSON *arr = cJSON_AddArrayToObject(o, "candidates");
   for (int64_t i = 0; i < n; i++)
-    cJSON_AddItemToArray(arr, json_candidate(&r->cands[i]));
+    cJSON_AddItemToArray(arr, json_candidate(x, &r->cands[i]));
   int64_t nr = 0;
   reason_t *rs = collect_reasons(r, &nr);
   cJSON *rej = cJSON_AddArrayToObject(o, "rejections");
@@ -542,7 +683,9 @@ static int emit_json(cJSON *root) {
 
 /* ---- entry ---------------------------------------------------------------- */
 
-static xm_status_t load(const plan_args_t *a, xm_diag_t *diag, xm_spec_t *spec) {
+static xm_status_t load(const plan_args_t *a, xm_diag_t *diag, xm_spec_t *spec,
+                        xm_routing_t **out_routing) {
+  *out_routing = NULL;
   xm_status_t st = xm_spec_load_file(a->spec_path, diag, spec);
   if (st == XM_OK && a->cluster_path) st = xm_spec_load_cluster_file(a->cluster_path, diag, spec);
   if (st == XM_OK && a->global_batch > 0) {
@@ -559,10 +702,24 @@ static xm_status_t load(const plan_args_t *a, xm_diag_t *diag, xm_spec_t *spec) 
                 "no cluster to plan for: give --cluster FILE or a \"cluster\" section");
     st = XM_ERR_INVALID_INPUT;
   }
+  if (st == XM_OK && a->routing_path) {
+    if (spec->moe.experts < 1) {
+      xm_diag_add(diag, XM_DIAG_ERROR, a->spec_path, "/moe/experts",
+                  "--routing: the model has no routed experts, so no routing to measure");
+      st = XM_ERR_INVALID_INPUT;
+    } else {
+      xm_routing_options_t ro = {
+          .experts = spec->moe.experts, .top_k = spec->moe.top_k, .log_nodes = a->routing_nodes};
+      st = xm_routing_load_file(a->routing_path, &ro, diag, out_routing);
+    }
+  }
   return st;
 }
 
-static int run_searches(const plan_args_t *a, const xm_spec_t *spec, xm_diag_t *diag) {
+static int run_searches(const plan_args_t *a, const xm_spec_t *spec, const xm_routing_t *routing,
+                        xm_diag_t *diag) {
+  plan_ctx_t ctx = {.spec = spec, .routing = routing};
+  xm_net_from_cluster(&spec->cluster, &ctx.net);
   xm_policy_t first = a->all_policies ? 0 : a->policy;
   int n = a->all_policies ? XM_POLICY_COUNT : 1;
   if (a->max_model) {
@@ -590,7 +747,9 @@ static int run_searches(const plan_args_t *a, const xm_spec_t *spec, xm_diag_t *
       cJSON_AddNumberToObject(o, "heads", ms[i].scale > 0 ? (double)member.model.heads : 0);
       cJSON_AddNumberToObject(o, "layers", ms[i].scale > 0 ? (double)member.model.layers : 0);
       cJSON_AddNumberToObject(o, "experts", ms[i].scale > 0 ? (double)member.moe.experts : 0);
-      cJSON_AddItemToObject(o, "best", json_candidate(&ms[i].best));
+      plan_ctx_t mctx = ctx;
+      mctx.spec = &member; /* uniform: --routing does not apply here */
+      cJSON_AddItemToObject(o, "best", json_candidate(&mctx, &ms[i].best));
       cJSON_AddItemToArray(arr, o);
     }
     return emit_json(root);
@@ -598,27 +757,31 @@ static int run_searches(const plan_args_t *a, const xm_spec_t *spec, xm_diag_t *
   xm_plan_result_t rs[XM_POLICY_COUNT];
   memset(rs, 0, sizeof rs);
   int rc = 0;
+  xm_cost_routing_t cost_rt = {.measured = routing};
   for (int i = 0; i < n && !rc; i++) {
-    xm_status_t st = xm_plan_search(spec, (xm_policy_t)(first + i), diag, &rs[i]);
+    xm_plan_options_t po = {.policy = (xm_policy_t)(first + i),
+                            .routing = routing ? &cost_rt : NULL};
+    xm_status_t st = xm_plan_search_with(spec, &po, diag, &rs[i]);
     if (st != XM_OK) rc = xm_status_exit_code(st);
   }
   if (!rc && !a->json) {
     if (a->all_policies)
-      print_text_policies(spec, rs, n);
+      print_text_policies(&ctx, rs, n);
     else
-      print_text_one(spec, &rs[0], a->top);
+      print_text_one(&ctx, &rs[0], a->top);
   } else if (!rc) {
     cJSON *root = cJSON_CreateObject();
     json_header(root, spec);
+    json_routing(root, &ctx);
     if (a->all_policies) {
       cJSON *arr = cJSON_AddArrayToObject(root, "policies");
       for (int i = 0; i < n; i++) {
         cJSON *o = cJSON_CreateObject();
-        json_plan(o, &rs[i], a->top);
+        json_plan(o, &ctx, &rs[i], a->top);
         cJSON_AddItemToArray(arr, o);
       }
     } else {
-      json_plan(root, &rs[0], a->top);
+      json_plan(root, &ctx, &rs[0], a->top);
     }
     rc = emit_json(root);
   }
@@ -638,7 +801,8 @@ int xm_cmd_plan(int argc, char **argv) {
   xm_diag_t diag;
   xm_diag_init(&diag);
   xm_spec_t spec;
-  xm_status_t st = load(&a, &diag, &spec);
+  xm_routing_t *routing = NULL;
+  xm_status_t st = load(&a, &diag, &spec, &routing);
   /* Warnings about the inputs come before the plan. */
   xm_diag_print(&diag, stderr);
   int errors = xm_diag_error_count(&diag);
@@ -646,13 +810,14 @@ int xm_cmd_plan(int argc, char **argv) {
   xm_diag_init(&diag);
   if (st == XM_OK) {
     fflush(stderr);
-    rc = run_searches(&a, &spec, &diag);
+    rc = run_searches(&a, &spec, routing, &diag);
     xm_diag_print(&diag, stderr);
     errors += xm_diag_error_count(&diag);
   } else {
     rc = xm_status_exit_code(st);
   }
   xm_diag_free(&diag);
+  xm_routing_free(routing);
   if (rc && errors)
     fprintf(stderr, "xmoec plan: failed (%d error%s)\n", errors, errors == 1 ? "" : "s");
   return rc;
