@@ -19,8 +19,11 @@
  * loader reads the new one directly. Leftovers of crashed saves (tmp or old
  * directories with a numeric suffix) are removed by the next save.
  *
- * Single-rank milestone: rank 0 writes everything. Tensors are stored whole,
- * so any parallel layout can load any checkpoint.
+ * Rank 0 writes everything and tensors are stored whole, so any parallel
+ * layout can load any checkpoint. A multi-rank program's slices and ZeRO-1
+ * chunks are gathered into a whole-tensor view before the save and cut out
+ * of it after the load by runtime/shard_io.c; this file only sees whole
+ * tensors.
  */
 #define _GNU_SOURCE /* renameat2, qsort_r */
 #include "runtime/checkpoint.h"
@@ -586,11 +589,8 @@ static xm_status_t ck_write_all(const xm_rt_exec_t *x, const char *dir,
 xm_status_t xm_rt_checkpoint_save(const xm_rt_exec_t *x, const char *dir,
                                   const xm_rt_train_state_t *st, bool with_optimizer,
                                   xm_diag_t *diag) {
-  /* Next milestone (params sharded over ranks): every rank sends its slice
-   * of each tensor to rank 0 (a gather per tensor, or per bucket of
-   * tensors, over the group that shards it) so that the files keep whole
-   * tensors, then a barrier after the swap so that no rank reads a
-   * half-saved directory. Today every rank holds whole tensors. */
+  /* The caller's exec holds whole tensors: for a sharded program it is the
+   * full view runtime/shard_io.c gathered on rank 0. */
   if (x->ctx && x->ctx->rank != 0) return XM_OK;
   xm_rt_train_state_t zero = {0};
   if (!st) st = &zero;
@@ -956,8 +956,8 @@ static xm_status_t ck_resolve(const char *dir, xm_diag_t *diag, char **out_dir) 
 xm_status_t xm_rt_checkpoint_load(xm_rt_exec_t *x, const char *dir, bool with_optimizer,
                                   xm_rt_train_state_t *st, xm_diag_t *diag) {
   /* Every rank reads the files itself (no broadcast): tensors are stored
-   * whole, and when params are sharded (next milestone) each rank copies
-   * its own slice of each tensor out of the mapping instead of all of it. */
+   * whole; a sharded program loads into its full view and
+   * runtime/shard_io.c copies each rank's slice out of it. */
   memset(st, 0, sizeof *st);
   char *path = NULL;
   XM_RETURN_IF_ERROR(ck_resolve(dir, diag, &path));
