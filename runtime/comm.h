@@ -190,6 +190,10 @@ void xm_rt_comm_traffic_local(const xm_rt_comm_t *c, xm_rt_traffic_totals_t *out
 void xm_rt_comm_traffic_add(xm_rt_comm_t *c, xm_rt_phase_t phase, int layer, int peer,
                             int64_t bytes);
 
+/* Worlds up to this size also log the per-peer bytes of each step (the
+ * "peers" member of docs/traffic.md). */
+#define XM_RT_TRAFFIC_PEERS_MAX 16
+
 /* Collective over the world. Sums the counters over ranks to rank 0, which
  * gets them in *out_totals (if not NULL) and appends the step-log member
  * `"traffic":{...}` (docs/traffic.md; no surrounding braces, no comma) to

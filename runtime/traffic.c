@@ -92,6 +92,7 @@ void xm_rt_comm_traffic_local(const xm_rt_comm_t *c, xm_rt_traffic_totals_t *out
   }
 }
 
+/* The member without its closing brace (put_peers may add to it). */
 static void put_json(const xm_rt_traffic_totals_t *t, xm_strbuf_t *b) {
   xm_strbuf_printf(
       b, "\"traffic\":{\"intra_bytes\":%" PRId64 ",\"inter_bytes\":%" PRId64 ",\"by_phase\":{",
@@ -99,6 +100,25 @@ static void put_json(const xm_rt_traffic_totals_t *t, xm_strbuf_t *b) {
   for (int p = 0; p < XM_RT_PHASE_COUNT; p++)
     xm_strbuf_printf(b, "%s\"%s\":{\"intra\":%" PRId64 ",\"inter\":%" PRId64 "}", p ? "," : "",
                      xm_rt_phase_name((xm_rt_phase_t)p), t->intra[p], t->inter[p]);
+  xm_strbuf_puts(b, "}");
+}
+
+/* ,"peers":{"world":P,"sent":{"<phase>":[row 0 ..., row P-1], ...}}: what
+ * each rank sent to each peer in the step, per phase, rows by sender
+ * (docs/traffic.md). all: [P][PHASE][P] as gathered. */
+static void put_peers(const int64_t *all, int world, xm_strbuf_t *b) {
+  xm_strbuf_printf(b, ",\"peers\":{\"world\":%d,\"sent\":{", world);
+  for (int p = 0; p < XM_RT_PHASE_COUNT; p++) {
+    xm_strbuf_printf(b, "%s\"%s\":[", p ? "," : "", xm_rt_phase_name((xm_rt_phase_t)p));
+    for (int i = 0; i < world; i++) {
+      xm_strbuf_puts(b, i ? ",[" : "[");
+      for (int j = 0; j < world; j++)
+        xm_strbuf_printf(b, "%s%" PRId64, j ? "," : "",
+                         all[((size_t)i * XM_RT_PHASE_COUNT + (size_t)p) * (size_t)world + (size_t)j]);
+      xm_strbuf_puts(b, "]");
+    }
+    xm_strbuf_puts(b, "]");
+  }
   xm_strbuf_puts(b, "}}");
 }
 
@@ -173,10 +193,27 @@ xm_status_t xm_rt_comm_traffic_report(xm_rt_comm_t *c, int64_t step, int write_m
   xm_rt_comm_traffic_local(c, &local);
   memset(&sum, 0, sizeof sum);
   MPI_Reduce(&local, &sum, (int)(sizeof local / sizeof(int64_t)), MPI_INT64_T, MPI_SUM, 0, world);
+  /* Small worlds also log who sent what to whom (the --traffic file has it
+   * per layer for any world). */
+  int P = c->traffic.world, n = XM_RT_PHASE_COUNT * P;
+  int64_t *all = NULL;
+  int peers = P <= XM_RT_TRAFFIC_PEERS_MAX;
+  if (peers && rank == 0) {
+    all = malloc((size_t)n * (size_t)P * sizeof *all);
+    if (!all) peers = 0;
+  }
+  MPI_Bcast(&peers, 1, MPI_INT, 0, world);
+  if (peers)
+    MPI_Gather(c->traffic.sent, n, MPI_INT64_T, all, n, MPI_INT64_T, 0, world);
   if (rank == 0) {
     if (out_totals) *out_totals = sum;
-    if (out_json) put_json(&sum, out_json);
+    if (out_json) {
+      put_json(&sum, out_json);
+      if (peers) put_peers(all, P, out_json);
+      xm_strbuf_puts(out_json, "}");
+    }
   }
+  free(all);
   int failed = 0;
   if (write_matrix) {
     if (rank == 0 && !matrix) failed = EINVAL; /* the caller passed no file */

@@ -177,6 +177,21 @@ else:
     print(f"RBD step 1: {rbd['inter_rows']} pilot rows across nodes vs {rbd['flat_inter_rows']} flat; "
           f"dispatch bytes across nodes {rbd_bytes} vs {flat} flat: {'ok' if good else 'FAIL'}")
     ok = ok and good
+# Per-peer traffic in the log: the matrices add up to the phase totals,
+# split by node (2 ranks per node), and the combine mirrors the dispatch.
+for name in ("ep4", "tp2_ssmb_ep4_rbd_zero1"):
+    t = log(os.path.join(work, name + ".jsonl"))[1]["traffic"]
+    P = t["peers"]["world"]
+    good = P == 4
+    for ph, m in t["peers"]["sent"].items():
+        intra = sum(m[i][j] for i in range(P) for j in range(P) if i // 2 == j // 2)
+        inter = sum(m[i][j] for i in range(P) for j in range(P) if i // 2 != j // 2)
+        good = good and intra == t["by_phase"][ph]["intra"] and inter == t["by_phase"][ph]["inter"]
+    if name == "ep4":
+        d, c = t["peers"]["sent"]["dispatch"], t["peers"]["sent"]["combine"]
+        good = good and all(d[i][j] == c[j][i] for i in range(P) for j in range(P))
+    print(f"per-peer traffic of {name}, step 1: {'ok' if good else 'FAIL'}")
+    ok = ok and good
 for name in ("ep4", "ep4_rbd"):
     run = log(os.path.join(work, f"skew_{name}.jsonl"))
     good = sorted(run) == [1, 2, 3] and all(np.isfinite(r["loss"]) for r in run.values())
