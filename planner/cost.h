@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "support/rbd_copies.h"
 #include "frontend/layout.h"
 #include "frontend/spec.h"
 #include "planner/network.h"
@@ -117,9 +118,11 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
 /* Expected distinct nodes a token's k experts land on when they are k
  * distinct experts chosen uniformly from E spread evenly over `nodes`:
  * nodes * (1 - C(E - E/nodes, k) / C(E, k)) (DESIGN.md 4.2; the runtime's
- * xm_rt_rbd_expected_copies, which the planner cannot link). RBD sends one
+ * support/rbd_copies.h, shared with the runtime). RBD sends one
  * pilot row per such node instead of k rows. */
-double xm_cost_rbd_expected_copies(int64_t experts, int64_t top_k, int64_t nodes);
+static inline double xm_cost_rbd_expected_copies(int64_t experts, int64_t top_k, int64_t nodes) {
+  return xm_rbd_expected_copies(experts, top_k, nodes);
+}
 
 /* The cluster's numbers for xm_cost_evaluate: net, device memory (bytes),
  * peak FLOP/s per device, GEMM efficiency. */

@@ -48,6 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "support/rbd_copies.h"
 #include "support/status.h"
 
 typedef enum {
@@ -177,6 +178,8 @@ xm_status_t xm_rt_rbd_flat_counts(const xm_rt_rbd_config_t *c, const int32_t *ex
 /* Expected pilot rows per token when k distinct experts of E are chosen
  * uniformly and the experts are spread evenly over `nodes` nodes:
  * nodes * (1 - C(E - E/nodes, k) / C(E, k)). (E=256, k=8, 4 nodes: 3.61.) */
-double xm_rt_rbd_expected_copies(int64_t experts, int64_t top_k, int64_t nodes);
+static inline double xm_rt_rbd_expected_copies(int64_t experts, int64_t top_k, int64_t nodes) {
+  return xm_rbd_expected_copies(experts, top_k, nodes);
+}
 
 #endif /* XM_RUNTIME_RBD_H */
