@@ -174,6 +174,36 @@ static double crossing_bytes(const xm_net_t *n, xm_net_group_t g, const ring_t *
   return inter + edge_bytes(r, g.size - 1); /* the wrap edge (P-1, 0) */
 }
 
+/* The ring of `kind` over P members for a buffer of `bytes`; false when
+ * the size is not an integer that exact arithmetic can take. */
+static bool ring_init(xm_net_coll_t kind, int64_t P, double bytes, ring_t *r) {
+  *r = (ring_t){.kind = kind, .P = P, .elem = 1};
+  if (!(bytes == floor(bytes) && bytes >= 0 && bytes < 0x1p52 && P < (1 << 20))) return false;
+  int64_t b = (int64_t)bytes;
+  r->elem = b % 4 == 0 ? 4 : 1;
+  r->n = b / r->elem;
+  r->per = b;
+  r->q = r->n / r->P;
+  r->rem = r->n % r->P;
+  r->zc = (r->n + r->P - 1) / r->P;
+  return true;
+}
+
+void xm_net_ring_member(const xm_net_t *n, xm_net_coll_t kind, xm_net_group_t g, double bytes,
+                        int64_t i, double *out_intra, double *out_inter) {
+  *out_intra = *out_inter = 0;
+  ring_t r;
+  if (!group_valid(g) || g.size < 2 || i < 0 || i >= g.size || !ring_init(kind, g.size, bytes, &r))
+    return;
+  double b = (double)member_bytes(&r, i);
+  int64_t me = g.first + i * g.stride;
+  int64_t succ = g.first + ((i + 1) % g.size) * g.stride;
+  int64_t pred = g.first + ((i + g.size - 1) % g.size) * g.stride;
+  double to_succ = g.size == 2 ? b : floor(b / 2), to_pred = b - to_succ;
+  *(node_of(n, succ) == node_of(n, me) ? out_intra : out_inter) += to_succ;
+  *(node_of(n, pred) == node_of(n, me) ? out_intra : out_inter) += to_pred;
+}
+
 xm_net_cost_t xm_net_ring(const xm_net_t *n, xm_net_coll_t kind, xm_net_group_t g, double bytes) {
   xm_net_cost_t out = {0, 0, 0};
   if (!group_valid(g) || g.size < 2 || !(bytes > 0) || !isfinite(bytes)) return out;
@@ -194,17 +224,8 @@ xm_net_cost_t xm_net_ring(const xm_net_t *n, xm_net_coll_t kind, xm_net_group_t 
     /* Exact integer arithmetic for integral sizes that cannot overflow;
      * otherwise (or when every member sends the same) each crossing edge
      * carries one member's bytes. */
-    bool exact = bytes == floor(bytes) && bytes < 0x1p52 && P < 0x1p20;
-    ring_t r = {.kind = kind, .P = g.size, .elem = 1};
-    if (exact) {
-      int64_t b = (int64_t)bytes;
-      r.elem = b % 4 == 0 ? 4 : 1;
-      r.n = b / r.elem;
-      r.per = b;
-      r.q = r.n / r.P;
-      r.rem = r.n % r.P;
-      r.zc = (r.n + r.P - 1) / r.P;
-    }
+    ring_t r;
+    bool exact = ring_init(kind, g.size, bytes, &r);
     if (exact && !uniform_members(&r))
       inter = crossing_bytes(n, g, &r);
     else if (exact)

@@ -55,6 +55,13 @@ typedef struct {
 /* A ring collective over group g (ring neighbours by group index). */
 xm_net_cost_t xm_net_ring(const xm_net_t *n, xm_net_coll_t kind, xm_net_group_t g, double bytes);
 
+/* What member i of g sends in that ring collective, split by the node of
+ * its two neighbours (half to the successor, the odd byte to the
+ * predecessor; with two members all to the one peer), exactly as the
+ * runtime counts it. Zero when the size is not an integral byte count. */
+void xm_net_ring_member(const xm_net_t *n, xm_net_coll_t kind, xm_net_group_t g, double bytes,
+                        int64_t i, double *out_intra, double *out_inter);
+
 /* An all-to-all over g in which every member sends `intra` bytes in total
  * to the members on its node and `inter` bytes in total to members on
  * other nodes (an even spread over those peers). */

@@ -461,15 +461,6 @@ static bool group_of(const xm_inspect_t *ins, const char *name, xm_net_group_t *
 
 static int64_t node_of(const xm_inspect_t *ins, int64_t rank) { return rank / ins->rpn; }
 
-/* Rank 0 (member 0) sends `b` bytes around a ring: floor(b/2) to member 1,
- * the rest to member P-1 (docs/traffic.md). */
-static void ring_split(const xm_inspect_t *ins, xm_net_group_t g, double b, xm_ins_op_t *o) {
-  if (g.size < 2 || b <= 0) return;
-  double succ = g.size == 2 ? b : floor(b / 2), pred = b - succ;
-  int64_t s = g.first + g.stride, p = g.first + (g.size - 1) * g.stride, n0 = node_of(ins, 0);
-  *(node_of(ins, s) == n0 ? &o->sent_intra : &o->sent_inter) += succ;
-  *(node_of(ins, p) == n0 ? &o->sent_intra : &o->sent_inter) += pred;
-}
 
 /* Members of g other than rank 0 on rank 0's node, and elsewhere. */
 static void peers(const xm_inspect_t *ins, xm_net_group_t g, double *same, double *other) {
@@ -523,40 +514,33 @@ static void comm_cost(const ctx_t *c, xm_ins_op_t *o) {
   xm_net_cost_t t = {0, 0, 0};
   switch (op->code) {
   case XM_OP_ALL_REDUCE:
-  case XM_OP_REDUCE_STATE: { /* ring; member 0 skips chunks 0 and 1 */
-    double base = floor(n / P), rem = n - base * P;
-    double c0 = base + (rem > 0), c1 = base + (rem > 1);
-    b = P > 1 ? es * ((n - c0) + (n - c1)) : 0.0;
-    cls = XM_INS_ALL_REDUCE;
-    t = xm_net_ring(&ins->net, XM_NET_ALL_REDUCE, g, es * n);
-    ring_split(ins, g, b, o);
-    break;
-  }
+  case XM_OP_REDUCE_STATE:
   case XM_OP_ALL_GATHER:
-    b = es * (P - 1) * n;
-    cls = XM_INS_ALL_GATHER;
-    t = xm_net_ring(&ins->net, XM_NET_ALL_GATHER, g, es * n);
-    ring_split(ins, g, b, o);
-    break;
-  case XM_OP_REDUCE_SCATTER: {
-    double slice = exp_numel(c, op->results[0]);
-    b = es * (P - 1) * slice;
-    cls = XM_INS_REDUCE_SCATTER;
-    t = xm_net_ring(&ins->net, XM_NET_REDUCE_SCATTER, g, es * slice);
-    ring_split(ins, g, b, o);
-    break;
-  }
+  case XM_OP_REDUCE_SCATTER:
   case XM_OP_ZERO_REDUCE_SCATTER:
-  case XM_OP_ZERO_GATHER: { /* uneven chunks of c = ceil(n/P) */
-    double ch = ceil(n / P);
-    double own =
-        op->code == XM_OP_ZERO_REDUCE_SCATTER ? fmin(n, ch) : fmax(0, fmin(n, 2 * ch) - ch);
-    b = P > 1 ? es * (n - own) : 0.0;
-    cls = op->code == XM_OP_ZERO_GATHER ? XM_INS_ALL_GATHER : XM_INS_REDUCE_SCATTER;
-    t = xm_net_ring(&ins->net,
-                    op->code == XM_OP_ZERO_GATHER ? XM_NET_ALL_GATHER : XM_NET_REDUCE_SCATTER, g,
-                    es * ch);
-    ring_split(ins, g, b, o);
+  case XM_OP_ZERO_GATHER: {
+    /* Ring collectives: the planner's network layer says what rank 0
+     * (member 0) sends and how long the ring takes (docs/traffic.md). */
+    xm_net_coll_t kind = XM_NET_ALL_REDUCE;
+    double size = es * n; /* the buffer as xm_net_ring takes it */
+    cls = XM_INS_ALL_REDUCE;
+    if (op->code == XM_OP_ALL_GATHER) {
+      kind = XM_NET_ALL_GATHER;
+      cls = XM_INS_ALL_GATHER;
+    } else if (op->code == XM_OP_REDUCE_SCATTER) {
+      kind = XM_NET_REDUCE_SCATTER;
+      size = es * exp_numel(c, op->results[0]); /* the slice each member keeps */
+      cls = XM_INS_REDUCE_SCATTER;
+    } else if (op->code == XM_OP_ZERO_REDUCE_SCATTER) {
+      kind = XM_NET_ZERO_REDUCE_SCATTER;
+      cls = XM_INS_REDUCE_SCATTER;
+    } else if (op->code == XM_OP_ZERO_GATHER) {
+      kind = XM_NET_ZERO_ALL_GATHER;
+      cls = XM_INS_ALL_GATHER;
+    }
+    t = xm_net_ring(&ins->net, kind, g, size);
+    xm_net_ring_member(&ins->net, kind, g, size, 0, &o->sent_intra, &o->sent_inter);
+    b = o->sent_intra + o->sent_inter;
     break;
   }
   case XM_OP_EXCHANGE_COUNTS:
