@@ -21,26 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpi_check.h"
 #include "runtime/comm.h"
-
-static int g_failures;
-static int g_rank = -1;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "rank %d: %s:%d: check '%s' failed: ", g_rank, __FILE__, __LINE__, #cond);   \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-      g_failures++;                                                                                \
-    }                                                                                              \
-  } while (0)
-
-#define CHECK_I64(what, got, want)                                                                 \
-  do {                                                                                             \
-    long long got_ = (long long)(got), want_ = (long long)(want);                                  \
-    CHECK(got_ == want_, "%s: got %lld, want %lld", what, got_, want_);                            \
-  } while (0)
 
 static const xm_rt_group_kind_t k_all_groups[XM_RT_GROUP_COUNT] = {
     XM_RT_GROUP_WORLD, XM_RT_GROUP_DP,  XM_RT_GROUP_TP,
@@ -418,14 +400,5 @@ static void check_layout_all(const xm_rt_context_t *ctx, int dp, int tp, int ep)
   xm_rt_comm_destroy(c);
 }
 
-/* Combines the failure counts of all ranks; prints one summary line. */
-static int finish_checks(const xm_rt_context_t *ctx, const char *name) {
-  int total = 0;
-  MPI_Allreduce(&g_failures, &total, 1, MPI_INT, MPI_SUM, ctx->world_comm);
-  if (ctx->rank == 0 || g_failures)
-    printf("rank %d: %s: %s (%d failed checks, %d here)\n", ctx->rank, name,
-           total ? "FAILED" : "ok", total, g_failures);
-  return total;
-}
 
 #endif /* XM_TESTS_COMM_CHECKS_H */

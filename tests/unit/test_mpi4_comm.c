@@ -362,25 +362,12 @@ static int play_failure(xm_rt_context_t *ctx, const char *mode) {
 
 int main(int argc, char **argv) {
   xm_rt_context_t ctx;
-  xm_status_t st = xm_rt_context_create(&argc, &argv, &ctx);
-  if (st != XM_OK) {
-    fprintf(stderr, "xm_rt_context_create failed: %s\n", xm_status_name(st));
-    return 1;
-  }
-  g_rank = ctx.rank;
+  if (!start_checks(&argc, &argv, 4, 2, &ctx)) return 1;
   const char *mode = getenv("XM_COMM_TEST_MODE");
   if (mode && *mode) {
     int rc = play_failure(&ctx, mode);
     xm_rt_context_destroy(&ctx);
     return rc;
-  }
-  CHECK(ctx.world == 4 && ctx.ranks_per_node == 2,
-        "run with 4 ranks, XM_RANKS_PER_NODE=2 "
-        "(world %d, %d per node)",
-        ctx.world, ctx.ranks_per_node);
-  if (ctx.world != 4 || ctx.ranks_per_node != 2) {
-    xm_rt_context_destroy(&ctx);
-    return 1;
   }
   check_validation(&ctx);
   check_tables(&ctx);

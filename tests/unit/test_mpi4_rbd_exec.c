@@ -46,27 +46,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpi_check.h"
 #include "runtime/comm.h"
 #include "runtime/rbd_exec.h"
-
-static int g_failures;
-static int g_rank = -1;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "rank %d: %s:%d: check '%s' failed: ", g_rank, __FILE__, __LINE__, #cond);   \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-      g_failures++;                                                                                \
-    }                                                                                              \
-  } while (0)
-
-#define CHECK_I64(what, got, want)                                                                 \
-  do {                                                                                             \
-    long long got_ = (long long)(got), want_ = (long long)(want);                                  \
-    CHECK(got_ == want_, "%s: got %lld, want %lld", what, got_, want_);                            \
-  } while (0)
 
 /* |got - want| <= 1e-5 (1 + |scale|), scale the sum of the magnitudes. */
 static int close_enough(double got, double want, double scale) {
@@ -589,19 +571,7 @@ static int play_failure(const xm_rt_context_t *ctx, const char *mode) {
 
 int main(int argc, char **argv) {
   xm_rt_context_t ctx;
-  xm_status_t st = xm_rt_context_create(&argc, &argv, &ctx);
-  if (st != XM_OK) {
-    fprintf(stderr, "xm_rt_context_create failed: %s\n", xm_status_name(st));
-    return 1;
-  }
-  g_rank = ctx.rank;
-  CHECK(ctx.world == 4 && ctx.ranks_per_node == 2,
-        "run with 4 ranks, XM_RANKS_PER_NODE=2 (world %d, %d per node)", ctx.world,
-        ctx.ranks_per_node);
-  if (ctx.world != 4 || ctx.ranks_per_node != 2) {
-    xm_rt_context_destroy(&ctx);
-    return 1;
-  }
+  if (!start_checks(&argc, &argv, 4, 2, &ctx)) return 1;
   const char *mode = getenv("XM_RBD_TEST_MODE");
   if (mode && *mode) {
     int rc = play_failure(&ctx, mode);
@@ -619,11 +589,7 @@ int main(int argc, char **argv) {
   x.ctx = &ctx;
   run_trials(&x, &ctx, "local");
 
-  int total = 0;
-  MPI_Allreduce(&g_failures, &total, 1, MPI_INT, MPI_SUM, ctx.world_comm);
-  if (ctx.rank == 0 || g_failures)
-    printf("rank %d: test_mpi4_rbd_exec: %s (%d failed checks, %d here)\n", ctx.rank,
-           total ? "FAILED" : "ok", total, g_failures);
+  int total = finish_checks(&ctx, "test_mpi4_rbd_exec");
   xm_rt_context_destroy(&ctx);
   return total ? 1 : 0;
 }

@@ -44,25 +44,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mpi_check.h"
 #include "runtime/data.h"
 #include "runtime/kernels.h"
 #include "runtime/rng.h"
 #include "runtime/shard_io.h"
 #include "runtime/train.h"
 #include "support/strbuf.h"
-
-static int g_failures;
-static int g_rank = -1;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "rank %d: %s:%d: check '%s' failed: ", g_rank, __FILE__, __LINE__, #cond);   \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-      g_failures++;                                                                                \
-    }                                                                                              \
-  } while (0)
 
 /* ---- the model and its tables ---------------------------------------------------- */
 
@@ -1014,13 +1002,7 @@ static int rm_cb(const char *p, const struct stat *s, int f, struct FTW *w) {
 
 int main(int argc, char **argv) {
   xm_rt_context_t ctx;
-  if (xm_rt_context_create(&argc, &argv, &ctx) != XM_OK) return 1;
-  g_rank = ctx.rank;
-  if (ctx.world != 4 || ctx.ranks_per_node != 2) {
-    if (ctx.rank == 0) fprintf(stderr, "needs 4 ranks, 2 per node (XM_RANKS_PER_NODE=2)\n");
-    xm_rt_context_destroy(&ctx);
-    return 1;
-  }
+  if (!start_checks(&argc, &argv, 4, 2, &ctx)) return 1;
   if (ctx.rank == 0) {
     const char *base = getenv("TMPDIR");
     snprintf(g_dir, sizeof g_dir, "%s/xm-shard-XXXXXX", base && *base ? base : "/tmp");
@@ -1040,9 +1022,7 @@ int main(int argc, char **argv) {
 
   MPI_Barrier(ctx.world_comm);
   if (ctx.rank == 0 && g_dir[0]) nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-  int failures = g_failures, total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, ctx.world_comm);
-  if (ctx.rank == 0) printf("%s: %d failed checks over 4 ranks\n", argv[0], total);
+  int total = finish_checks(&ctx, "test_mpi4_shard_io");
   xm_rt_context_destroy(&ctx);
   return total ? 1 : 0;
 }

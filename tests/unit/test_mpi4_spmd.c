@@ -341,19 +341,7 @@ static void check_layout(const xm_rt_context_t *ctx, int dp, int tp, int ep) {
 
 int main(int argc, char **argv) {
   xm_rt_context_t ctx;
-  xm_status_t st = xm_rt_context_create(&argc, &argv, &ctx);
-  if (st != XM_OK) {
-    fprintf(stderr, "xm_rt_context_create failed: %s\n", xm_status_name(st));
-    return 1;
-  }
-  g_rank = ctx.rank;
-  CHECK(ctx.world == 4 && ctx.ranks_per_node == 2,
-        "run with 4 ranks, XM_RANKS_PER_NODE=2 (world %d, %d per node)", ctx.world,
-        ctx.ranks_per_node);
-  if (ctx.world != 4 || ctx.ranks_per_node != 2) {
-    xm_rt_context_destroy(&ctx);
-    return 1;
-  }
+  if (!start_checks(&argc, &argv, 4, 2, &ctx)) return 1;
   check_no_comm(&ctx);
   check_layout(&ctx, 4, 1, 4);
   check_layout(&ctx, 2, 2, 2);
