@@ -128,44 +128,40 @@ void xm_rt_all_reduce_i32(xm_rt_exec_t *x, int group, int layer, int32_t *buf, i
   }
 }
 
-void xm_rt_all_gather(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
-                      int64_t n) {
-  (void)layer;
-  const xm_rt_comm_group_t *g = group_of(x, group, "all_gather");
+typedef xm_status_t (*gather_like_fn)(xm_rt_comm_t *, xm_rt_group_kind_t, const float *, int64_t,
+                                      float *);
+
+/* all_gather and reduce_scatter: n elements per member in or out; one
+ * member (no communicator) is a copy. */
+static void gather_like(xm_rt_exec_t *x, int group, const char *what, gather_like_fn fn,
+                        const float *in, float *out, int64_t n) {
+  const xm_rt_comm_group_t *g = group_of(x, group, what);
   if (n < 0 || (n > 0 && (!in || !out)))
-    xm_rt_fail(x, "all_gather: %lld elements at %p -> %p", (long long)n, (const void *)in,
+    xm_rt_fail(x, "%s: %lld elements at %p -> %p", what, (long long)n, (const void *)in,
                (void *)out);
   if (!g) {
     if (n > 0 && in != out) memmove(out, in, (size_t)n * sizeof(float));
     return;
   }
   if (n > INT_MAX)
-    xm_rt_fail(x, "all_gather over the %s group: %lld elements per rank (at most %d)",
+    xm_rt_fail(x, "%s over the %s group: %lld elements per rank (at most %d)", what,
                xm_rt_group_name(g->kind), (long long)n, INT_MAX);
-  xm_status_t st = xm_rt_comm_all_gather(comm_of(x), (xm_rt_group_kind_t)group, in, n, out);
+  xm_status_t st = fn(comm_of(x), (xm_rt_group_kind_t)group, in, n, out);
   if (st != XM_OK)
-    xm_rt_fail(x, "all_gather over the %s group: %s", xm_rt_group_name(g->kind),
+    xm_rt_fail(x, "%s over the %s group: %s", what, xm_rt_group_name(g->kind),
                xm_status_name(st));
+}
+
+void xm_rt_all_gather(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
+                      int64_t n) {
+  (void)layer;
+  gather_like(x, group, "all_gather", xm_rt_comm_all_gather, in, out, n);
 }
 
 void xm_rt_reduce_scatter(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
                           int64_t n) {
   (void)layer;
-  const xm_rt_comm_group_t *g = group_of(x, group, "reduce_scatter");
-  if (n < 0 || (n > 0 && (!in || !out)))
-    xm_rt_fail(x, "reduce_scatter: %lld elements at %p -> %p", (long long)n, (const void *)in,
-               (void *)out);
-  if (!g) {
-    if (n > 0 && in != out) memmove(out, in, (size_t)n * sizeof(float));
-    return;
-  }
-  if (n > INT_MAX)
-    xm_rt_fail(x, "reduce_scatter over the %s group: %lld elements per rank (at most %d)",
-               xm_rt_group_name(g->kind), (long long)n, INT_MAX);
-  xm_status_t st = xm_rt_comm_reduce_scatter(comm_of(x), (xm_rt_group_kind_t)group, in, n, out);
-  if (st != XM_OK)
-    xm_rt_fail(x, "reduce_scatter over the %s group: %s", xm_rt_group_name(g->kind),
-               xm_status_name(st));
+  gather_like(x, group, "reduce_scatter", xm_rt_comm_reduce_scatter, in, out, n);
 }
 
 void xm_rt_narrow(xm_rt_exec_t *x, int group, const void *in, void *out, int64_t n,
