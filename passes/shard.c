@@ -62,7 +62,6 @@
 
 typedef struct {
   xm_ir_value_t *sc, *rc, *ltpe; /* send / recv counts [P,L], local tokens per expert */
-  xm_ir_value_t *xs;             /* the gathered rows (RBD: left to dead-op elimination) */
   xm_ir_value_t *weights;        /* the (narrowed) routing weights */
   xm_ir_type_t rows;             /* type of the gathered rows [N,H] */
 } moe_t;
@@ -80,6 +79,8 @@ typedef struct {
   moe_t *moe;             /* value id of a permute's indices -> the layer's EP plumbing */
   int cap;                /* room of the arrays above */
   int slot;               /* next RBD routing-record slot */
+  xm_ir_op_t **dead;      /* ops RBD replaced: removed after the walk */
+  int num_dead;
   xm_status_t st;
 } sh_t;
 
@@ -380,7 +381,6 @@ static void ep_dispatch(sh_t *s, int *pos, xm_ir_op_t *gather) {
   int64_t E = tpe->type.dims[0], P = s->ep, L = E / P;
   moe_t *mo = &s->moe[idx->id];
   mo->rows = xs->type;
-  mo->xs = xs;
   mo->weights = perm->operands[1];
   int at = *pos + 1;
   xm_ir_type_t rows = xs->type;
@@ -400,6 +400,7 @@ static void ep_dispatch(sh_t *s, int *pos, xm_ir_op_t *gather) {
     mo->ltpe = d->results[1];
     redirect(s, at, xs, d->results[0], NULL, -1);
     redirect(s, at, tpe, mo->ltpe, NULL, XM_OP_GROUPED_MATMUL);
+    s->dead[s->num_dead++] = gather;
     *pos = at - 1;
     return;
   }
@@ -437,9 +438,7 @@ static void ep_combine(sh_t *s, int *pos, xm_ir_op_t *comb) {
     s->sp[c->results[0]->id] = s->sp[comb->operands[2]->id];
     if (s->sp[c->results[0]->id]) c->results[0]->type.shard[0] = XM_AXIS_SP;
     redirect(s, at + 1, comb->results[0], c->results[0], NULL, -1);
-    /* The old combine is dead; keep it well-typed until dead-op
-     * elimination (after autodiff) removes it with the gather. */
-    xm_ir_op_set_operand(comb, 0, mo->xs);
+    s->dead[s->num_dead++] = comb; /* removed after the walk, with its gather */
     *pos = at;
     return;
   }
@@ -486,6 +485,7 @@ static void visit(sh_t *s, int *pos) {
     break;
   case XM_OP_SCATTER_COMBINE:
     if (s->ep > 1) ep_combine(s, pos, op);
+    if (s->ep > 1 && s->rbd) return; /* replaced by rbd_combine */
     break;
   case XM_OP_PERMUTE: {
     int64_t cap = xm_ir_op_get_int(op, "capacity", 0);
@@ -582,9 +582,23 @@ static xm_status_t shard_run(xm_ir_module_t *m, const xm_pass_options_t *options
     }
   }
   s.orig_values = xm_ir_module_num_values(m);
-  if (!grow(&s)) s.st = XM_ERR_NO_MEMORY;
+  s.dead = calloc((size_t)xm_ir_module_num_ops(m) + 1, sizeof *s.dead);
+  if (!grow(&s) || !s.dead) s.st = XM_ERR_NO_MEMORY;
   for (int i = 0; s.st == XM_OK && i < xm_ir_module_num_ops(m); i++)
     visit(&s, &i);
+  if (s.st == XM_OK && s.num_dead > 0) {
+    /* The gathers and combines RBD replaced: nothing uses their results.
+     * (The permutes stay: the aux-free load counts read them.) */
+    int n = xm_ir_module_num_ops(m);
+    bool *remove = calloc((size_t)n, sizeof *remove);
+    if (!remove) s.st = XM_ERR_NO_MEMORY;
+    for (int i = 0; remove && i < n; i++)
+      for (int d = 0; d < s.num_dead; d++)
+        if (xm_ir_module_op(m, i) == s.dead[d]) remove[i] = true;
+    if (remove) xm_ir_module_remove_ops(m, remove);
+    free(remove);
+  }
+  free(s.dead);
   if (s.st == XM_OK) {
     set_module_int(m, "par_dp", s.dp);
     set_module_int(m, "par_tp", s.tp);
