@@ -3,7 +3,7 @@
  *
  *   xmoec plan MODEL.json [--cluster FILE] [--json] [--top N]
  *              [--policy P|all] [--max-model] [--global-batch N]
- *              [--routing FILE [--routing-nodes N]]
+ *              [--routing FILE [--routing-nodes N]] [--dispatch-bound B]
  *
  * One policy (default xmoec): the search of planner/plan.c, printed as the
  * chosen configuration (layout, micro-batch, recompute), its memory per
@@ -61,6 +61,7 @@ typedef struct {
   int64_t global_batch; /* 0: the spec's */
   const char *routing_path;
   int64_t routing_nodes; /* 0: not given */
+  int64_t dispatch_bound; /* 0: searched (xmoec compile's --dispatch-bound) */
 } plan_args_t;
 
 /* What the output functions need besides a candidate: the spec planned,
@@ -75,7 +76,7 @@ static void plan_usage(FILE *out) {
   fprintf(out,
           "usage: xmoec plan MODEL.json [--cluster FILE] [--json] [--top N]\n"
           "                  [--policy P|all] [--max-model] [--global-batch N]\n"
-          "                  [--routing FILE [--routing-nodes N]]\n"
+          "                  [--routing FILE [--routing-nodes N]] [--dispatch-bound B]\n"
           "\n"
           "Searches every legal (dp, tp, ep, ssmb, rbd, zero, recompute, micro_batch)\n"
           "for the cluster's ranks, rejects what does not fit (and says why), ranks\n"
@@ -97,6 +98,9 @@ static void plan_usage(FILE *out) {
           "                      histogram (JSON), or the out/train --log of an RBD run\n"
           "                      (docs/plan-json.md, \"Measured routing\")\n"
           "  --routing-nodes N   with a --log: the nodes that run's EP group spanned\n"
+          "  --dispatch-bound B  xmoec's expert receive buffers hold min(ep, B) times the\n"
+          "                      rows a rank sends, as xmoec compile --dispatch-bound B\n"
+          "                      (default: the search tries 4 and 2)\n"
           "  --help              show this help\n",
           PLAN_DEFAULT_TOP);
 }
@@ -138,6 +142,12 @@ static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
                 "xmoec plan: error: --global-batch needs an integer in [1, 2^24], got "
                 "'%s'\n",
                 v);
+        return 2;
+      }
+    } else if ((v = xm_arg_value(argc, argv, &i, "--dispatch-bound", &missing))) {
+      if (!xm_arg_int(v, 1, (int64_t)1 << 24, &a->dispatch_bound)) {
+        fprintf(stderr,
+                "xmoec plan: error: --dispatch-bound needs an integer in [1, 2^24], got '%s'\n", v);
         return 2;
       }
     } else if ((v = xm_arg_value(argc, argv, &i, "--routing-nodes", &missing))) {
@@ -760,7 +770,8 @@ static int run_searches(const plan_args_t *a, const xm_spec_t *spec, const xm_ro
   xm_cost_routing_t cost_rt = {.measured = routing};
   for (int i = 0; i < n && !rc; i++) {
     xm_plan_options_t po = {.policy = (xm_policy_t)(first + i),
-                            .routing = routing ? &cost_rt : NULL};
+                            .routing = routing ? &cost_rt : NULL,
+                            .dispatch_bound = a->dispatch_bound};
     xm_status_t st = xm_plan_search_with(spec, &po, diag, &rs[i]);
     if (st != XM_OK) rc = xm_status_exit_code(st);
   }
