@@ -15,6 +15,7 @@
 
 #include "frontend/count.h"
 #include "frontend/spec.h"
+#include "tiny_spec.h"
 #include "ir/ir.h"
 #include "ir/model.h"
 #include "ir/verify.h"
@@ -23,40 +24,6 @@
 
 /* Every field the builder reads, set explicitly (the defaults may not be
  * implemented yet). Hand counts of this spec are in test_tiny_params. */
-static xm_spec_t tiny_spec(void) {
-  xm_spec_t s;
-  memset(&s, 0, sizeof s);
-  strcpy(s.name, "tiny");
-  strcpy(s.model_type, "xmoec");
-  s.model.vocab = 64;
-  s.model.hidden = 32;
-  s.model.layers = 3;
-  s.model.heads = 4;
-  s.model.kv_heads = 2;
-  s.model.head_dim = 8;
-  s.model.rope_theta = 10000.0;
-  s.model.norm_eps = 1e-6;
-  s.model.first_k_dense = 1;
-  s.model.dense_ffn = 48;
-  s.model.attention = XM_ATTN_GQA;
-  s.model.qk_norm = XM_QK_NORM_NONE;
-  s.moe.experts = 8;
-  s.moe.shared_experts = 1;
-  s.moe.shared_ffn = 16;
-  s.moe.top_k = 2;
-  s.moe.expert_ffn = 16;
-  s.moe.activation = XM_ACT_SWIGLU;
-  s.moe.scoring = XM_SCORING_SOFTMAX;
-  s.moe.norm_topk_prob = true;
-  s.moe.routed_scaling = 1.0;
-  s.moe.n_group = 1;
-  s.moe.topk_group = 1;
-  s.moe.aux_alpha = 0.01;
-  s.training.seq_len = 8;
-  s.training.micro_batch = 2;
-  s.training.global_batch = 2;
-  return s;
-}
 
 static int64_t param_elements(const xm_ir_module_t *m);
 
