@@ -168,6 +168,19 @@ static void rule_attention_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
     copy_type(in(c, i + 1), &out[i]);
 }
 
+/* Operand `s`'s shape must be operand `l`'s without its last dim (token
+ * ids or labels against the rows they index). */
+static bool need_leading_dims(xm_ir_rule_ctx_t *c, int s, int l) {
+  const xm_ir_type_t *a = in(c, s), *b = in(c, l);
+  bool ok = a->rank == b->rank - 1;
+  for (int i = 0; ok && i < a->rank; i++)
+    ok = a->dims[i] == b->dims[i] && a->dynamic[i] == b->dynamic[i];
+  if (!ok)
+    xm_ir_rule_error(c, "operand %d shape %s must equal the leading dims of operand %d shape %s", s,
+                     TT(a), l, TT(b));
+  return ok;
+}
+
 /* dy[...,H], tokens i32[...] -> dtable[vocab,H] */
 static void rule_embedding_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   int64_t vocab = 0;
@@ -177,15 +190,8 @@ static void rule_embedding_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   xm_ir_rule_need_float(c, 0);
   xm_ir_rule_need_index(c, 1);
   if (c->errors > e0) return;
-  const xm_ir_type_t *dy = in(c, 0), *tok = in(c, 1);
-  bool ok = tok->rank == dy->rank - 1;
-  for (int i = 0; ok && i < tok->rank; i++)
-    ok = tok->dims[i] == dy->dims[i] && tok->dynamic[i] == dy->dynamic[i];
-  if (!ok) {
-    xm_ir_rule_error(c, "operand 1 shape %s must equal the leading dims of operand 0 shape %s",
-                     TT(tok), TT(dy));
-    return;
-  }
+  if (!need_leading_dims(c, 1, 0)) return;
+  const xm_ir_type_t *dy = in(c, 0);
   int64_t dims[2] = {vocab, dy->dims[dy->rank - 1]};
   bool dyn[2] = {false, dy->dynamic[dy->rank - 1]};
   xm_ir_rule_set_result(out, dy->dtype, 2, dims, dyn);
@@ -210,16 +216,8 @@ static void rule_cross_entropy_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   xm_ir_rule_need_float(c, 1);
   xm_ir_rule_need_index(c, 2);
   if (c->errors > e0) return;
-  const xm_ir_type_t *lg = in(c, 1), *lb = in(c, 2);
-  bool ok = lb->rank == lg->rank - 1;
-  for (int i = 0; ok && i < lb->rank; i++)
-    ok = lb->dims[i] == lg->dims[i] && lb->dynamic[i] == lg->dynamic[i];
-  if (!ok) {
-    xm_ir_rule_error(c, "operand 2 shape %s must equal the leading dims of operand 1 shape %s",
-                     TT(lb), TT(lg));
-    return;
-  }
-  copy_type(lg, out);
+  if (!need_leading_dims(c, 2, 1)) return;
+  copy_type(in(c, 1), out);
 }
 
 /* ---- router and MoE backward ------------------------------------------- */
