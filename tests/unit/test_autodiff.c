@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "frontend/spec.h"
-#include "tiny_spec.h"
+#include "ir_fixtures.h"
 #include "ir/ir.h"
 #include "ir/model.h"
 #include "ir/verify.h"
@@ -71,21 +71,6 @@ static void run_bad(xm_ir_module_t *m, const char *pipeline, const char *text) {
   if (!found) xm_diag_print(&d, stderr);
   assert_true(found);
   xm_diag_free(&d);
-}
-
-static int count_ops(const xm_ir_module_t *m, xm_ir_opcode_t code) {
-  int n = 0;
-  for (int i = 0; i < xm_ir_module_num_ops(m); i++)
-    if (xm_ir_module_op(m, i)->code == code) n++;
-  return n;
-}
-
-static xm_ir_op_t *nth_op(const xm_ir_module_t *m, xm_ir_opcode_t code, int nth) {
-  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
-    xm_ir_op_t *op = xm_ir_module_op(m, i);
-    if (op->code == code && nth-- == 0) return op;
-  }
-  return NULL;
 }
 
 static const char *str(const xm_ir_op_t *op, const char *key) {

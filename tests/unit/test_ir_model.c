@@ -15,7 +15,7 @@
 
 #include "frontend/count.h"
 #include "frontend/spec.h"
-#include "tiny_spec.h"
+#include "ir_fixtures.h"
 #include "ir/ir.h"
 #include "ir/model.h"
 #include "ir/verify.h"
@@ -49,22 +49,6 @@ static xm_ir_module_t *build_ok(const xm_spec_t *s) {
     assert_int_equal(param_elements(m), c.total);
   }
   return m;
-}
-
-static int count_ops(const xm_ir_module_t *m, xm_ir_opcode_t code) {
-  int n = 0;
-  for (int i = 0; i < xm_ir_module_num_ops(m); i++)
-    if (xm_ir_module_op(m, i)->code == code) n++;
-  return n;
-}
-
-/* The n-th op (0-based) of a kind, or NULL. */
-static xm_ir_op_t *nth_op(const xm_ir_module_t *m, xm_ir_opcode_t code, int nth) {
-  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
-    xm_ir_op_t *op = xm_ir_module_op(m, i);
-    if (op->code == code && nth-- == 0) return op;
-  }
-  return NULL;
 }
 
 static xm_ir_op_t *find_param(const xm_ir_module_t *m, const char *name) {
