@@ -39,7 +39,7 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
 /* Appends out/main.c: main() hands the program to xm_rt_train_main. */
 void xm_codegen_main_c(const xm_codegen_inputs_t *in, xm_strbuf_t *out);
 
-/* Appends the config.json text (DESIGN.md 7: DeepSeek-V3 field names, plus
+/* Appends the config.json text (docs/design.md, Interfaces: DeepSeek-V3 field names, plus
  * the xmoec extras), keys in a fixed order, ending in a newline. */
 xm_status_t xm_codegen_config_json(const xm_spec_t *spec, xm_strbuf_t *out);
 

@@ -1,7 +1,7 @@
 /* codegen/hf_config_json.c — the Hugging Face style config.json of a model.
  *
  * Checkpoints carry a config.json with the DeepSeek-V3 field names
- * (DESIGN.md 7) so that tools other than xmoec can read the architecture
+ * (docs/design.md, Interfaces) so that tools other than xmoec can read the architecture
  * without knowing our spec format. The model_type is "xmoec" (not
  * "deepseek_v3": the family differs in details such as GQA instead of MLA
  * and the optional GeLU experts, and claiming the DeepSeek type would make

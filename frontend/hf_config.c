@@ -469,7 +469,7 @@ static void hf_import_mla(hf_ctx_t *c, xm_spec_t *spec) {
 }
 
 /* topk_method of DeepSeek-V2/V3 and the group fields it uses. The group
- * score rule of DESIGN.md (max for softmax, top-2 sum for sigmoid) matches
+ * score rule of docs/design.md, Model semantics (max for softmax, top-2 sum for sigmoid) matches
  * group_limited_greedy with softmax and noaux_tc with sigmoid only. */
 static void hf_import_ds_routing(hf_ctx_t *c, xm_spec_t *spec, int version) {
   xm_moe_spec_t *e = &spec->moe;

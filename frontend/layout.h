@@ -2,7 +2,7 @@
  *
  * A layout {dp, tp, ep, ssmb, rbd, zero} plus the node size (ranks per node)
  * says how one training step is spread over world = dp * tp MPI ranks
- * (DESIGN.md 4.4). The layout comes from the spec's "parallel" section, from
+ * (docs/design.md, Parallel layout). The layout comes from the spec's "parallel" section, from
  * command-line flags or from the planner; xm_layout_check decides whether it
  * can train the spec and reports every reason it cannot, placed at the knob
  * that was asked for (/parallel/tp or --tp, by origin) with the model field

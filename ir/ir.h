@@ -61,7 +61,7 @@ const char *xm_dtype_name(xm_dtype_t dt); /* "f32", "bf16", ... */
 bool xm_dtype_from_name(const char *name, xm_dtype_t *out);
 size_t xm_dtype_size(xm_dtype_t dt);
 
-/* Mesh axes a dim can be split over (DESIGN.md 4.4). */
+/* Mesh axes a dim can be split over (docs/design.md, Parallel layout). */
 typedef enum {
   XM_AXIS_NONE = 0,
   XM_AXIS_DP,   /* data parallel */

@@ -1,4 +1,4 @@
-/* ir/model.c — the forward training graph of a whole model (DESIGN.md 3).
+/* ir/model.c — the forward training graph of a whole model (docs/design.md, Model semantics).
  *
  * The builder walks the spec once, layer by layer, appending ops in
  * topological order with global shapes: B = micro_batch, S = seq_len,
@@ -11,7 +11,7 @@
  * experts are stacked along dim 0 into one tensor per projection whose
  * name carries a literal "{e}" (the checkpoint writer expands it); this is
  * the layout grouped GEMMs and expert parallelism want. The MoE block is
- * the padding-free pipeline of DESIGN.md 4.1 (router, top-k, permute,
+ * the padding-free pipeline of docs/design.md, Padding-free token permutation (router, top-k, permute,
  * gather, grouped GEMMs, scatter-combine) on the [T,H] token matrix.
  *
  * Every op of layer i carries the int attribute layer = i (params too), so

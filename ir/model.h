@@ -1,5 +1,5 @@
 /* ir/model.h — builds the forward training graph of a whole model from a
- * validated spec (DESIGN.md section 3).
+ * validated spec (docs/design.md, Model semantics).
  *
  * The graph takes inputs "tokens" and "labels" (i32[micro_batch, seq_len]),
  * holds every parameter as a param op named by its Hugging Face tensor name

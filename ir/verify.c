@@ -711,7 +711,7 @@ static void rule_sort_chunks(rule_ctx_t *c, xm_ir_type_t *out) {
   set_result(out, in(c, 0)->dtype, 2, in(c, 0)->dims, in(c, 0)->dynamic);
 }
 
-/* ---- rules: redundancy-bypassing dispatch (DESIGN.md 4.2) --------------- */
+/* ---- rules: redundancy-bypassing dispatch (docs/design.md, Redundancy-bypassing dispatch) */
 
 /* The routing record lives in the runtime under attr slot; layer names the
  * MoE layer in the traffic counters (required on the dispatch, carried by

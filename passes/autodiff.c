@@ -1,5 +1,5 @@
 /* passes/autodiff.c — the "autodiff" pass: reverse-mode differentiation of
- * the forward graph plus the optimizer step, as IR (DESIGN.md 2 and 3).
+ * the forward graph plus the optimizer step, as IR (docs/design.md, Layers and Model semantics).
  *
  * Input: the forward graph of ir/model.c (or any module in its op set)
  * ending in return(loss, ...). Output, in this order: the forward ops
@@ -259,7 +259,7 @@ static void copy_comm_attrs(ad_t *a, xm_ir_op_t *op) {
 
 /* The collectives the shard pass inserts into the forward graph. Each
  * gradient is the adjoint collective (Megatron's f/g pair, gather/narrow,
- * the mirrored all-to-all); DESIGN.md 4.3 and docs/parallelism.md. */
+ * the mirrored all-to-all); docs/design.md, Sequence-sharded MoE blocks and docs/parallelism.md. */
 static void grad_comm(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
   xm_ir_value_t **x = op->operands;
   xm_ir_op_t *b = NULL;

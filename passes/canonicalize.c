@@ -84,7 +84,7 @@ static bool rewrite_add(xm_ir_module_t *m, xm_ir_op_t *op) {
 
 /* narrow(all_reduce(x)) over one group, the sum used nowhere else: each
  * member keeps only its slice of the sum, which is a reduce_scatter (half
- * the bytes of the all-reduce, DESIGN.md 4.3). The narrow becomes the
+ * the bytes of the all-reduce, docs/design.md, Sequence-sharded MoE blocks). The narrow becomes the
  * reduce_scatter in place (same attrs group, group_size, dim; same result
  * type); the all-reduce dies in the DCE sweep. */
 static bool rewrite_narrow(xm_ir_module_t *m, xm_ir_op_t *op) {

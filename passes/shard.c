@@ -1,6 +1,6 @@
 /* passes/shard.c — the "shard" pass: the global forward graph becomes the
  * graph one rank runs (SPMD), with the collectives of its parallel layout
- * (DESIGN.md 4; docs/parallelism.md has the groups and the rules).
+ * (docs/design.md; docs/parallelism.md has the groups and the rules).
  *
  * Options: dp, tp, ep (integers), ssmb, rbd, zero (0|1 or true|false),
  * ranks-per-node (0 = unknown), dispatch-bound (integer >= 1, default 4). The layout must be legal for the model

@@ -328,7 +328,7 @@ static xm_status_t setup(cx_t *c, const xm_spec_t *s, const xm_net_t *net,
   c->rbd = l.rbd && xm_layout_rbd_active(&l);
   c->local_experts = c->E > 0 ? c->E / c->ep : 0;
   /* X-MoE's reference code runs RBD only with one local expert and
-   * without SSMB (DESIGN.md 4.2). */
+   * without SSMB (docs/design.md, Redundancy-bypassing dispatch). */
   if (c->pol == XM_POLICY_XMOE && c->rbd && c->local_experts > 1) {
     err(diag, "x-moe runs RBD only with one local expert per rank (experts/ep = %lld)",
         (long long)c->local_experts);

@@ -81,7 +81,7 @@ xm_status_t xm_rt_comm_layout_validate(const xm_rt_comm_layout_t *l, xm_diag_t *
   return errors ? XM_ERR_INVALID_INPUT : XM_OK;
 }
 
-/* Ranks of one color form a group, in key order (DESIGN.md 4.4). */
+/* Ranks of one color form a group, in key order (docs/design.md, Parallel layout). */
 static void group_coords(const xm_rt_comm_layout_t *l, xm_rt_group_kind_t kind, int r,
                          int *out_color, int *out_key) {
   int color = 0, key = r;

@@ -2,7 +2,7 @@
  * collectives on float rows, padding-free all-to-all, traffic accounting and
  * the one way ranks agree on a failure.
  *
- * Layout (DESIGN.md 4.4): world = dp * tp. TP groups are consecutive ranks
+ * Layout (docs/design.md, Parallel layout): world = dp * tp. TP groups are consecutive ranks
  * (rank r has tp index r % tp and dp index r / tp); a DP group holds the
  * ranks with the same tp index (dense-parameter gradients are reduced over
  * it). The MoE blocks run on all dp*tp ranks as token-parallel ranks (SSMB);

@@ -7,7 +7,7 @@
  * anything else as raw text through the byte-level tokenizer (token = byte,
  * vocab 256). A stream is one sequence of tokens; sequence j of a split is
  * tokens[j*S : j*S + S + 1] (inputs the first S, labels the last S), so
- * windows are deterministic (DESIGN.md 7). The last `eval_fraction` of the
+ * windows are deterministic (docs/design.md, Interfaces). The last `eval_fraction` of the
  * windows (at least one) form the evaluation split; training reads only the
  * ones before. Every problem (unreadable file, bad header, truncated index,
  * token id >= vocab, too few tokens for one window) is reported with the

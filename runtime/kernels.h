@@ -93,7 +93,8 @@ void xm_k_cross_entropy(const float *logits, const int32_t *labels, float *loss,
 void xm_k_cross_entropy_grad(const float *dloss, const float *logits, const int32_t *labels,
                              float *dlogits, int64_t rows, int64_t V);
 
-/* ---- router and padding-free MoE (DESIGN.md 3 and 4.1) ------------------ */
+/* ---- router and padding-free MoE ---------------------------------------
+ * (docs/design.md, Model semantics; Padding-free token permutation) */
 
 void xm_k_router_score(const float *logits, float *scores, int64_t T, int64_t E, int scoring);
 void xm_k_router_score_grad(const float *dscores, const float *scores, float *dlogits, int64_t T,
@@ -139,7 +140,7 @@ void xm_k_scatter_combine(const float *y, const int32_t *indices, const float *w
 void xm_k_scatter_combine_grad(const float *dout, const float *y, const int32_t *indices,
                                const float *weights, float *dy, float *dweights, int64_t n,
                                int64_t T, int64_t k, int64_t H);
-/* Expert parallelism (DESIGN.md 4.1): x holds rows in (member p, local
+/* Expert parallelism (docs/design.md, Padding-free token permutation): x holds rows in (member p, local
  * expert l) order, counts[p*L + l] rows per block, as an all-to-all
  * delivers them; sort_chunks writes them to y in (l, p) order (all rows of
  * local expert 0 from member 0, then from member 1, ..., then expert 1),

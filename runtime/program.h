@@ -18,7 +18,7 @@
 
 #include "runtime/context.h"
 
-/* Memory categories of the report of DESIGN/issue: weights, gradients,
+/* Memory categories of the peak report: weights, gradients,
  * optimizer states, activations, workspace (+ inputs). */
 typedef enum {
   XM_RT_CAT_WEIGHTS = 0,
@@ -63,7 +63,7 @@ typedef struct xm_rt_exec xm_rt_exec_t;
 
 typedef struct {
   const char *model_name;
-  const char *config_json;    /* HF-style config.json text (DESIGN.md 7) */
+  const char *config_json;    /* HF-style config.json text (docs/design.md, Interfaces) */
   const char *spec_json;      /* the input spec, for the manifest and checkpoints */
   /* shapes */
   int64_t vocab, seq_len, micro_batch, grad_accum;

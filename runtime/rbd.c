@@ -1,4 +1,5 @@
-/* runtime/rbd.c — redundancy-bypassing dispatch plans (DESIGN.md 4.2).
+/* runtime/rbd.c — redundancy-bypassing dispatch plans
+ * (docs/design.md, Redundancy-bypassing dispatch).
  *
  * Every plan is built in two passes over the routing: the first counts rows
  * per destination, the prefix sums give each destination's block, the

@@ -1,4 +1,5 @@
-/* runtime/rbd.h — redundancy-bypassing dispatch (RBD) plans, DESIGN.md 4.2.
+/* runtime/rbd.h — redundancy-bypassing dispatch (RBD) plans
+ * (docs/design.md, Redundancy-bypassing dispatch).
  *
  * With fine-grained experts and a large top-k, one token often selects
  * several experts on the same node. RBD sends it across the network once

@@ -1,5 +1,5 @@
-/* runtime/rbd_exec.c — redundancy-bypassing dispatch over MPI (DESIGN.md
- * 4.2) for the generated program.
+/* runtime/rbd_exec.c — redundancy-bypassing dispatch over MPI for the
+ * generated program (docs/design.md, Redundancy-bypassing dispatch).
  *
  * The dispatch runs in the order that lets every rank learn every size
  * before any hidden row moves:

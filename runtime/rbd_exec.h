@@ -1,4 +1,5 @@
-/* runtime/rbd_exec.h — redundancy-bypassing dispatch (RBD, DESIGN.md 4.2)
+/* runtime/rbd_exec.h — redundancy-bypassing dispatch (RBD;
+ * docs/design.md, Redundancy-bypassing dispatch)
  * executed over MPI for the generated program: the run-time side of the IR
  * ops rbd_dispatch, rbd_combine, rbd_combine_grad and rbd_dispatch_grad.
  *

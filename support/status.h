@@ -4,7 +4,7 @@
  * names a failure class. The human-readable message travels separately in a
  * diagnostic list (support/diag.h) so that one call can report many problems
  * (spec validation collects all of them before failing). The process exit
- * codes of DESIGN.md section 7 derive from the class: bad input exits 2,
+ * codes of docs/design.md, Interfaces derive from the class: bad input exits 2,
  * everything else that fails exits 1.
  */
 #ifndef XM_SUPPORT_STATUS_H

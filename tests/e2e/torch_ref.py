@@ -1,5 +1,5 @@
 """tests/e2e/torch_ref.py — an independent PyTorch implementation of the
-xmoec model family (DESIGN.md section 3), used to check what out/train
+xmoec model family (docs/design.md, Model semantics), used to check what out/train
 computes: the forward loss of a checkpoint and one full AdamW step.
 
 It reads only public formats: a checkpoint directory's config.json (DeepSeek-V3

@@ -2,7 +2,7 @@
  * emulated nodes of 2 (ctest runs test_mpi4_* so, XM_RANKS_PER_NODE=2).
  *
  * Covers: layout validation with places; the group members of six layouts
- * against tables written from DESIGN.md 4.4 by hand; every collective on
+ * against tables written from docs/design.md, Parallel layout by hand; every collective on
  * every group of every legal layout of 4 ranks against local references
  * (comm_checks.h), including all-to-all with random, all-zero and
  * all-to-one counts, the receive-bound overflow, int32 rows and the mirror
@@ -76,7 +76,7 @@ static void check_validation(const xm_rt_context_t *ctx) {
   xm_diag_free(&d);
 }
 
-/* ---- group tables (DESIGN.md 4.4; world 4, 2 ranks per node) ---- */
+/* ---- group tables (docs/design.md, Parallel layout; world 4, 2 ranks per node) ---- */
 
 typedef struct {
   int dp, tp, ep;
