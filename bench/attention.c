@@ -5,12 +5,12 @@
  * B=4 S=256 Hq=8 Hkv=4 D=32) and prints the best time of each over the
  * repeats, with GFLOP/s counted as causal attention (2 GEMMs of S^2/2 x D
  * forward; the backward does 5 with the recomputed scores, counted as 2.5x
- * the forward). Link it against a libxm_runtime.a to compare two builds of
+ * the forward). Link it against a libxm_rt_cpu.a to compare two builds of
  * the kernels on the same inputs; the printed checksum must agree. Built by
  * hand (see docs/benchmarks.md, "Attention kernels"); not part of the CMake
  * build:
  *
- *   gcc -O2 -fopenmp -I. bench/attention.c build/libxm_runtime.a \
+ *   gcc -O2 -fopenmp -I. bench/attention.c build/libxm_rt_cpu.a \
  *       build/libxm_support.a $(pkg-config --libs openblas) -lm -o attention
  *   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=passive \
  *       ./attention [B S Hq Hkv D [repeats]]
@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 /* Deterministic inputs in [-0.5, 0.5): equal for every build compared. */
 static float *filled(int64_t n, uint32_t seed) {

@@ -1,8 +1,8 @@
 /* codegen/c_program.c — a scheduled, memory-planned module as C source:
- * out/program.c (the xm_rt_program_t of runtime/program.h) and out/main.c.
+ * out/program.c (the xm_rt_program_t of runtime/abi/program.h) and out/main.c.
  *
  * The generated program is deliberately dumb: a static tensor table, then
- * two functions of straight-line kernel calls (runtime/kernels.h), one per
+ * two functions of straight-line kernel calls (runtime/cpu/kernels.h), one per
  * op in module order, each preceded by a comment naming the op, its
  * location and layer, so a crash in a kernel points back at the spec field
  * that shaped it. Every pointer is an arena base plus the constant offset
@@ -24,12 +24,12 @@
  * micro-batch function reads a grad state, so adding early is safe.
  *
  * Multi-rank programs. Collectives and the data movement around them call
- * runtime/spmd.h with the group of the op's attr group as an XM_RT_GROUP_*
+ * runtime/comm/spmd.h with the group of the op's attr group as an XM_RT_GROUP_*
  * constant and its attr layer (-1 when absent): all_reduce, all_gather and
  * narrow (dim 0 only), exchange_counts, all_to_all, reduce_state (f32 or
  * i32 in place), zero_reduce_scatter, zero_gather; replicate is a copy, or
  * nothing when the plan gave it its operand's place; sort_chunks and
- * unsort_chunks are kernels; the four rbd_* ops call runtime/rbd_exec.h
+ * unsort_chunks are kernels; the four rbd_* ops call runtime/moe/rbd_exec.h
  * with their attr slot. An all_to_all or rbd_dispatch returns the rows it
  * received into `int64_t n_<id>` (id of its first result), which becomes
  * the routed row count of everything computed from those rows, exactly
@@ -54,7 +54,7 @@
  * own buffer); return emits nothing because the loss values stay where the
  * plan put them and the table's loss/ce_loss entries point there.
  *
- * Trace hooks (runtime/trace.h): the comment line of every op that runs
+ * Trace hooks (runtime/driver/trace.h): the comment line of every op that runs
  * code (all but input and return) ends with XM_TRACE_OP(x, index, "name",
  * layer, phase flags), and each function ends with XM_TRACE_DONE(x). The
  * index is the op's position in the module (OUT/model.xir), the key by
@@ -421,7 +421,7 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
   return true;
 }
 
-/* ---- multi-rank ops (runtime/spmd.h) ------------------------------------ */
+/* ---- multi-rank ops (runtime/comm/spmd.h) ------------------------------------ */
 
 /* Group names of the shard pass and the runtime's group kinds. "sp" (the
  * sequence shard of an SSMB block) is the TP group's ranks. */
@@ -517,7 +517,7 @@ static void check_chunk(gen_t *g, const xm_ir_op_t *op, int64_t n, int64_t c) {
     gen_error(g, op, XM_ERR_INTERNAL, "%s: the chunk is not ceil(n / group_size)%s", NULL);
 }
 
-/* Redundancy-bypassing dispatch (runtime/rbd_exec.h): the dispatch returns
+/* Redundancy-bypassing dispatch (runtime/moe/rbd_exec.h): the dispatch returns
  * the rows of this rank's experts into n_<id> like an all_to_all; the
  * routing record between the four calls lives in the runtime under attr
  * slot. */
@@ -720,7 +720,7 @@ static bool comment_safe(const char *s) {
   return true;
 }
 
-/* The trace hook of an op that runs code (runtime/trace.h): its index,
+/* The trace hook of an op that runs code (runtime/driver/trace.h): its index,
  * name, layer and phase flags. Input and return run nothing. */
 static void trace_hook(const gen_t *g, const xm_ir_op_t *op, xm_strbuf_t *c) {
   if (op->code == XM_OP_INPUT || op->code == XM_OP_RETURN) return;
@@ -856,7 +856,7 @@ static const xm_ir_op_t *param_op(const xm_ir_module_t *m, const char *name) {
   return NULL;
 }
 
-/* Sharding columns of a table row (runtime/program.h): group kinds + 1,
+/* Sharding columns of a table row (runtime/abi/program.h): group kinds + 1,
  * 0 when not split / not chunked. */
 typedef struct {
   int split_group, split_dim, chunk_group;
@@ -1105,11 +1105,11 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
   EMIT("#include <stdint.h>");
   EMIT("#include <string.h>");
   xm_emit_blank(&g->e);
-  EMIT("#include \"runtime/kernels.h\"");
-  EMIT("#include \"runtime/program.h\"");
-  EMIT("#include \"runtime/rbd_exec.h\"");
-  EMIT("#include \"runtime/spmd.h\"");
-  EMIT("#include \"runtime/trace.h\"");
+  EMIT("#include \"runtime/abi/program.h\"");
+  EMIT("#include \"runtime/comm/spmd.h\"");
+  EMIT("#include \"runtime/cpu/kernels.h\"");
+  EMIT("#include \"runtime/driver/trace.h\"");
+  EMIT("#include \"runtime/moe/rbd_exec.h\"");
   xm_emit_blank(&g->e);
   table_idx_t t = {.tokens = -1, .labels = -1, .loss = -1, .ce_loss = -1, .count = 0};
   emit_table(g, &t);
@@ -1132,7 +1132,7 @@ void xm_codegen_main_c(const xm_codegen_inputs_t *in, xm_strbuf_t *out) {
   const char *inputs[2];
   xm_emit_header(&e, "//", header_inputs(in, bufs, inputs), inputs);
   xm_emit_blank(&e);
-  xm_emit(&e, "#include \"runtime/train.h\"");
+  xm_emit(&e, "#include \"runtime/driver/train.h\"");
   xm_emit_blank(&e);
   xm_emit(&e, "int main(int argc, char **argv) { return xm_rt_train_main(argc, argv, "
               "&xm_program); }");

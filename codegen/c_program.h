@@ -6,7 +6,7 @@
  * results, module attrs mem_*). Output: text only, byte-for-byte
  * deterministic for the same module and inputs; the caller writes files and
  * runs the compiler (tools/xmoec/cmd_compile.c). program.c defines the
- * xm_rt_program_t of runtime/program.h named xm_program; its contract with
+ * xm_rt_program_t of runtime/abi/program.h named xm_program; its contract with
  * the runtime is documented there.
  */
 #ifndef XM_CODEGEN_C_PROGRAM_H

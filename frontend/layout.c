@@ -22,7 +22,7 @@
  * rank and d the DP rank, so TP groups are consecutive ranks (kept inside a
  * node whenever tp divides ranks_per_node). EP groups are the consecutive
  * blocks of ep ranks; expert-DP groups take every ep-th rank. Nodes are the
- * consecutive blocks of ranks_per_node ranks (runtime/context.h).
+ * consecutive blocks of ranks_per_node ranks (runtime/comm/context.h).
  */
 #include "frontend/layout.h"
 

@@ -11,7 +11,7 @@
  * The rank groups are pure functions of (layout, world rank). Every group is
  * an arithmetic progression of world ranks, so a group is {first, stride,
  * size} plus this rank's index and a color that is equal exactly for the
- * ranks of one group: runtime/comm.c builds the same groups with
+ * ranks of one group: runtime/comm/comm.c builds the same groups with
  * MPI_Comm_split(world, color, index). docs/parallelism.md keeps the
  * formulas; the runtime cannot include this header (it depends on no
  * compiler layer), so both follow that page and tests/unit/test_layout.c.

@@ -1,7 +1,7 @@
 /* passes/schedule.c — the "schedule" pass: the linear order in which the
  * generated program runs the ops, checked and recorded.
  *
- * A training program has two functions (runtime/program.h): micro (forward
+ * A training program has two functions (runtime/abi/program.h): micro (forward
  * and backward of one micro-batch, attr phase "fwd"/"bwd"; an op without a
  * phase counts as "fwd") and step (the optimizer, phase "step"). The code
  * generator emits ops in module order, so the module order must be: every

@@ -42,7 +42,7 @@
  *  - RBD (4.2), when the EP group spans nodes: the gather / all_to_all pair
  *    is replaced by rbd_dispatch (pilot rows per (token, node), replicas in
  *    the node) and the combine by rbd_combine (pre-reduced per rank and per
- *    node); both run in the runtime (runtime/rbd_exec.h).
+ *    node); both run in the runtime (runtime/moe/rbd_exec.h).
  *
  * Every param gets attrs for the later stages: split_group/split_dim when
  * it is a slice; reduce, the groups its gradient is summed over (dense: dp;

@@ -36,7 +36,7 @@ typedef enum {
   XM_NET_ALL_REDUCE,     /* bytes: the buffer every member holds */
   XM_NET_ALL_GATHER,     /* bytes: what each member contributes */
   XM_NET_REDUCE_SCATTER, /* bytes: the slice each member keeps */
-  /* ZeRO-1's halves of the ring (runtime/spmd.h), whose chunks are
+  /* ZeRO-1's halves of the ring (runtime/comm/spmd.h), whose chunks are
    * ceil(n/P) elements (the last ones short or empty) instead of the
    * all-reduce's near-equal ones; bytes: the whole buffer (n elements). */
   XM_NET_ZERO_REDUCE_SCATTER, /* gradient -> this member's chunk */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/e2e/comm_failure.sh — a failure on one rank ends every rank, fast,
-# with that rank's message (runtime/comm.h). Runs the 4-rank communicator
+# with that rank's message (runtime/comm/comm.h). Runs the 4-rank communicator
 # test binary in its failure modes (XM_COMM_TEST_MODE, see
 # tests/unit/test_mpi4_comm.c) under `mpirun -np 4` as 2 emulated nodes:
 #   agree     rank 1 reports bad input at a safe point: exit 2, its message

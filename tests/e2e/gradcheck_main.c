@@ -50,7 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/program.h"
+#include "runtime/abi/program.h"
 
 #define H_ELEM 2e-2
 #define H_DIR 2e-3

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/e2e/rbd_bound.sh — RBD failures end every rank (runtime/rbd_exec.h).
+# tests/e2e/rbd_bound.sh — RBD failures end every rank (runtime/moe/rbd_exec.h).
 # Runs the 4-rank RBD test binary in its failure modes (XM_RBD_TEST_MODE,
 # see tests/unit/test_mpi4_rbd_exec.c) under `mpirun -np 4` as 2 emulated
 # nodes:

@@ -77,7 +77,7 @@ def read_checkpoint(d):
 
 
 def read_tokens(path):
-    """The three data formats of runtime/data.h."""
+    """The three data formats of runtime/io/data.h."""
     with open(path, "rb") as f:
         raw = f.read()
     if raw[:8] == b"XMTOKENS":

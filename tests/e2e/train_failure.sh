@@ -5,7 +5,7 @@
 #
 # Compiles tests/e2e/inputs/layouts.json for 4 ranks as 2 emulated nodes
 # (dp4 ep4, flat and RBD) and for 2 ranks (dp2 ep2), then:
-#   nan     rank 1's loss is NaN at step 2 (XM_FAULT, runtime/fail.c)
+#   nan     rank 1's loss is NaN at step 2 (XM_FAULT, runtime/comm/fail.c)
 #   arena   rank 1's all-to-all receive buffers are given a bound of 0 rows
 #           at step 2 (a memory plan too small for the routing): the EP
 #           group agrees before any row moves

@@ -1,5 +1,5 @@
 /* tests/unit/comm_checks.h — checks of the runtime communicator
- * (runtime/comm.h) shared by the 2-rank and the 4-rank tests.
+ * (runtime/comm/comm.h) shared by the 2-rank and the 4-rank tests.
  *
  * Every rank can compute every other rank's inputs: the floats of a
  * collective come from value_of(world rank, element) and the rows of an
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "mpi_check.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 
 static const xm_rt_group_kind_t k_all_groups[XM_RT_GROUP_COUNT] = {
     XM_RT_GROUP_WORLD, XM_RT_GROUP_DP,  XM_RT_GROUP_TP,

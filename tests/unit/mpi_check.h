@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "runtime/context.h"
+#include "runtime/comm/context.h"
 #include "support/status.h"
 
 static int g_failures;

@@ -21,8 +21,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
+#include "runtime/comm/context.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/safetensors.h"
 #include "support/strbuf.h"
 
 /* ---- the program: embed [5,4], 3 stacked experts [3,2,4], a bias, a norm,

@@ -255,7 +255,7 @@ static void test_program_tiny(void **state) {
   assert_int_equal(count_substr(text, "x->grad_norm = sqrt((double)*"),
                    count_substr(text, "xm_k_adamw("));
   assert_null(strstr(text, "sqrt(norm_sq)"));
-  assert_non_null(strstr(text, "#include \"runtime/spmd.h\"\n"));
+  assert_non_null(strstr(text, "#include \"runtime/comm/spmd.h\"\n"));
   assert_int_equal(count_substr(text, "static void micro(xm_rt_exec_t *x) {"), 1);
   assert_int_equal(count_substr(text, "static void step(xm_rt_exec_t *x) {"), 1);
   assert_non_null(strstr(text, ".grad_accum = 2,"));
@@ -722,7 +722,7 @@ static void test_program_spmd(void **state) {
   }
   assert_non_null(strstr(text, ".dp = 2, .tp = 2, .ep = 2, .ssmb = 0, .rbd = 0, .zero = 1, "
                                ".ranks_per_node = 2,"));
-  assert_non_null(strstr(text, "#include \"runtime/spmd.h\"\n"));
+  assert_non_null(strstr(text, "#include \"runtime/comm/spmd.h\"\n"));
   xm_strbuf_free(&a);
   xm_strbuf_free(&b);
   xm_diag_free(&d);
@@ -796,7 +796,7 @@ static void test_program_rbd(void **state) {
   place_text(dg->operands[0], p0, sizeof p0);
   place_text(dg->results[0], r0, sizeof r0);
   assert_op_has(text, m, dg, "xm_rt_rbd_dispatch_grad(x, 3, 2, %s, %s);", p0, r0);
-  assert_non_null(strstr(text, "#include \"runtime/rbd_exec.h\"\n"));
+  assert_non_null(strstr(text, "#include \"runtime/moe/rbd_exec.h\"\n"));
   assert_non_null(strstr(text, ".dp = 4, .tp = 1, .ep = 4, .ssmb = 0, .rbd = 1, .zero = 0, "
                                ".ranks_per_node = 2,"));
   xm_strbuf_free(&out);

@@ -1,4 +1,4 @@
-/* tests/unit/test_data.c — the data loaders (runtime/data.h): raw text,
+/* tests/unit/test_data.c — the data loaders (runtime/io/data.h): raw text,
  * token files (u16, u32), Megatron indexed datasets written here byte by
  * byte; exact window contents, the evaluation split, and every malformed
  * variant with its path and byte offset. */
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/data.h"
+#include "runtime/io/data.h"
 #include "support/strbuf.h"
 
 static char *g_dir;

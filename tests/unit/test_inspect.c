@@ -1,6 +1,6 @@
 /* tests/unit/test_inspect.c — the measured side of `xmoec inspect`'s traces:
  * the op hooks the code generator puts into a program (codegen/c_program.c)
- * and the recorder and writer behind them (runtime/trace.h).
+ * and the recorder and writer behind them (runtime/driver/trace.h).
  *
  * The generated text is checked on the tiny sample through the real
  * pipeline: every op that runs code has exactly one hook, on its comment
@@ -27,8 +27,8 @@
 #include "frontend/spec.h"
 #include "ir/model.h"
 #include "passes/pass.h"
-#include "runtime/context.h"
-#include "runtime/trace.h"
+#include "runtime/comm/context.h"
+#include "runtime/driver/trace.h"
 #include "support/strbuf.h"
 
 #define PIPELINE "autodiff{grad-accum=2},canonicalize,plan-memory,schedule"
@@ -82,7 +82,7 @@ static void test_program_hooks(void **state) {
                             .pipeline = PIPELINE};
   assert_int_equal(xm_codegen_program_c(m, spec, &in, &d, &out), XM_OK);
   const char *text = xm_strbuf_cstr(&out);
-  assert_non_null(strstr(text, "#include \"runtime/trace.h\"\n"));
+  assert_non_null(strstr(text, "#include \"runtime/driver/trace.h\"\n"));
   int traced = 0, seen_bwd = 0, seen_step = 0;
   for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
     const xm_ir_op_t *op = xm_ir_module_op(m, i);

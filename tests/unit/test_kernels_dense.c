@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* tests/unit/test_kernels_moe.c — router and padding-free MoE kernels
- * (runtime/kernels_moe.c).
+ * (runtime/cpu/kernels_moe.c).
  *
  * Forward kernels are checked on small hand-computed cases (exact experts
  * and weights, ties, group-limited routing for both scorings, bias used for
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 

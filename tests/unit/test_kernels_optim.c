@@ -1,5 +1,5 @@
 /* tests/unit/test_kernels_optim.c — training state and optimizer kernels
- * (runtime/kernels_optim.c).
+ * (runtime/cpu/kernels_optim.c).
  *
  * AdamW is compared over three steps with a hand-written double-precision
  * reference of torch.optim.AdamW (decoupled decay before the update, bias
@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/kernels.h"
-#include "runtime/program.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/abi/program.h"
 
 static void assert_close(double got, double want, double tol, const char *what, int64_t i) {
   if (!(fabs(got - want) <= tol))

@@ -1,5 +1,5 @@
 /* tests/unit/test_kernels_threads.c — the paths of the CPU kernels that
- * out/train takes for speed (runtime/kernels_dense.c, kernels_moe.c,
+ * out/train takes for speed (runtime/cpu/kernels_dense.c, kernels_moe.c,
  * kernels_optim.c), checked against plain double-precision references.
  *
  * out/train runs OpenBLAS single-threaded and splits GEMMs over its OpenMP
@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 static int setup(void **state) {
   (void)state;
@@ -243,7 +243,7 @@ static void test_activations(void **state) {
   activations_case(40003); /* over the team, odd tail */
 }
 
-/* The scalar AdamW formula of runtime/kernels_optim.c, in float. */
+/* The scalar AdamW formula of runtime/cpu/kernels_optim.c, in float. */
 static void adamw_ref(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                       float b2, float eps, float wd, int64_t step, float scale) {
   double t = (double)step;

@@ -1,5 +1,5 @@
 /* tests/unit/test_mpi4_rbd_exec.c — redundancy-bypassing dispatch executed
- * over MPI (runtime/rbd_exec.h) on 4 ranks as 2 emulated nodes of 2 (ctest
+ * over MPI (runtime/moe/rbd_exec.h) on 4 ranks as 2 emulated nodes of 2 (ctest
  * runs test_mpi4_* so, XM_RANKS_PER_NODE=2).
  *
  * Every rank can compute every rank's inputs: the routing, the weights, the
@@ -47,8 +47,8 @@
 #include <string.h>
 
 #include "mpi_check.h"
-#include "runtime/comm.h"
-#include "runtime/rbd_exec.h"
+#include "runtime/comm/comm.h"
+#include "runtime/moe/rbd_exec.h"
 
 /* |got - want| <= 1e-5 (1 + |scale|), scale the sum of the magnitudes. */
 static int close_enough(double got, double want, double scale) {

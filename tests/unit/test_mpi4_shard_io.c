@@ -1,5 +1,5 @@
 /* tests/unit/test_mpi4_shard_io.c — whole tensors from per-rank pieces on
- * 4 ranks as 2 emulated nodes of 2 (runtime/shard_io.h).
+ * 4 ranks as 2 emulated nodes of 2 (runtime/io/shard_io.h).
  *
  * The program tables are written here for a small model under three
  * layouts: a TP-split matrix (split dim 1), an EP-split stacked expert
@@ -19,10 +19,10 @@
  *    model.safetensors and optimizer.safetensors bytes as a 1-rank program
  *    of the full model saving the same values, and loads under dp4 ep4
  *    without ZeRO and dp4 ep2 zero1 with every element in place;
- *  - the training driver (runtime/train.h) run in-process on a toy
+ *  - the training driver (runtime/driver/train.h) run in-process on a toy
  *    multi-rank program (a data-parallel bigram model with a TP-split and
  *    an EP-split param in an auxiliary loss, its collectives made through
- *    runtime/comm.h) under dp2 tp2 ep2, dp4 ep4 and tp4 ep2 with the same
+ *    runtime/comm/comm.h) under dp2 tp2 ep2, dp4 ep4 and tp4 ep2 with the same
  *    global batch: the windows each rank reads, equal losses across
  *    layouts, a run saved under one layout and resumed under another
  *    matching the straight run, equal evaluation losses, the world-size
@@ -45,11 +45,11 @@
 #include <unistd.h>
 
 #include "mpi_check.h"
-#include "runtime/data.h"
-#include "runtime/kernels.h"
-#include "runtime/rng.h"
-#include "runtime/shard_io.h"
-#include "runtime/train.h"
+#include "runtime/io/data.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/io/rng.h"
+#include "runtime/io/shard_io.h"
+#include "runtime/driver/train.h"
 #include "support/strbuf.h"
 
 /* ---- the model and its tables ---------------------------------------------------- */

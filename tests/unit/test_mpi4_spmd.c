@@ -1,5 +1,5 @@
 /* tests/unit/test_mpi4_spmd.c — the collectives of generated multi-rank
- * programs (runtime/spmd.h) on 4 ranks as 2 emulated nodes of 2.
+ * programs (runtime/comm/spmd.h) on 4 ranks as 2 emulated nodes of 2.
  *
  * Each check builds an exec whose comm is a real communicator of one layout
  * and calls the spmd functions as the generated code does. Inputs are
@@ -21,8 +21,8 @@
 #include "comm_checks.h"
 #pragma GCC diagnostic pop
 
-#include "runtime/kernels.h"
-#include "runtime/spmd.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/comm/spmd.h"
 
 /* ---- without a communicator ---- */
 

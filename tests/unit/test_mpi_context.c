@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/context.h"
+#include "runtime/comm/context.h"
 
 static int g_failures;
 static int g_rank = -1;

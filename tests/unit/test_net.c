@@ -204,8 +204,8 @@ static int64_t ref_chunk_zero(int64_t n, int64_t P, int64_t j) {
   return hi > lo ? hi - lo : 0;
 }
 
-/* Bytes member i sends, as the runtime computes them (runtime/comm.c,
- * runtime/spmd.c), for a buffer of n 4-byte elements. */
+/* Bytes member i sends, as the runtime computes them (runtime/comm/comm.c,
+ * runtime/comm/spmd.c), for a buffer of n 4-byte elements. */
 static int64_t ref_member(xm_net_coll_t k, int64_t n, int64_t P, int64_t i) {
   switch (k) {
   case XM_NET_ALL_REDUCE:

@@ -1,4 +1,4 @@
-/* tests/unit/test_rbd.c — redundancy-bypassing dispatch plans (runtime/rbd.c).
+/* tests/unit/test_rbd.c — redundancy-bypassing dispatch plans (runtime/moe/rbd.c).
  *
  * Hand-built routings pin the pilot/replica structure (all experts of a
  * token on one node, spread over every node, several local experts per
@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "frontend/layout.h"
-#include "runtime/rbd.h"
+#include "runtime/moe/rbd.h"
 
 static xm_rt_rbd_config_t config(int64_t experts, int64_t k, int ep, int ep_rank, int rpn) {
   xm_rt_rbd_config_t c = {.experts = experts,

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 #include "support/strbuf.h"
 
 static bool diag_has(const xm_diag_t *d, const char *needle) {

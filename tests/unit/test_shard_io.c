@@ -1,4 +1,4 @@
-/* tests/unit/test_shard_io.c — the pure parts of runtime/shard_io.h: rank
+/* tests/unit/test_shard_io.c — the pure parts of runtime/io/shard_io.h: rank
  * coordinates from a layout, the full view of a hand-written sharded table
  * (dims, offsets, sizes, categories), piece geometry of TP slices, EP
  * expert slices, slices inside experts and ZeRO-1 chunks (with padding),
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rng.h"
-#include "runtime/shard_io.h"
+#include "runtime/io/rng.h"
+#include "runtime/io/shard_io.h"
 
 /* ---- the table: local shapes for dp2 tp2 ep2 on 4 ranks ------------------------ */
 

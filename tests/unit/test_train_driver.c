@@ -1,4 +1,4 @@
-/* tests/unit/test_train_driver.c — the training driver (runtime/train.h)
+/* tests/unit/test_train_driver.c — the training driver (runtime/driver/train.h)
  * run in-process on a hand-written program: a bigram language model
  * (embedding -> lm_head -> cross-entropy) plus a stacked "expert" tensor
  * that only feeds a small auxiliary loss, so that per-expert initialisation
@@ -37,10 +37,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/data.h"
-#include "runtime/kernels.h"
-#include "runtime/rng.h"
-#include "runtime/train.h"
+#include "runtime/io/data.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/io/rng.h"
+#include "runtime/driver/train.h"
 #include "support/strbuf.h"
 
 /* ---- the toy program ------------------------------------------------------------ */

@@ -8,7 +8,7 @@
  * ops are on tid 0, collectives on tid 1, both in pid 0. args carry the op
  * index (position in OUT/model.xir), the micro-batch (-1: step function),
  * the phase and the layer: the keys by which the events of
- * `out/train --trace` (runtime/trace.c, same format) meet these.
+ * `out/train --trace` (runtime/driver/trace.c, same format) meet these.
  */
 #include <inttypes.h>
 

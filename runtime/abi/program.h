@@ -1,0 +1,133 @@
+/* runtime/abi/program.h — what a generated training program gives the runtime.
+ *
+ * `xmoec compile` emits out/program.c, which defines one xm_rt_program_t
+ * named xm_program: the tensor table (every parameter, state, input and
+ * activation with its arena offset), the training settings of the spec, and
+ * two straight-line functions produced from the scheduled IR: `micro` runs
+ * forward and backward of one micro-batch (accumulating gradients into the
+ * grad states), `step` runs the optimizer step (global-norm clipping,
+ * AdamW, aux-free bias update, zeroing of the accumulators). The runtime's
+ * training driver (runtime/driver/train.h) owns everything else: arenas, data,
+ * initialisation, the LR schedule, checkpoints, logging. The order of
+ * operations, the shapes and the buffers all come from the generated code.
+ */
+#ifndef XM_RUNTIME_PROGRAM_H
+#define XM_RUNTIME_PROGRAM_H
+
+#include <stdint.h>
+
+
+/* Memory categories of the peak report: weights, gradients,
+ * optimizer states, activations, workspace (+ inputs). */
+typedef enum {
+  XM_RT_CAT_WEIGHTS = 0,
+  XM_RT_CAT_GRADS,
+  XM_RT_CAT_OPTIMIZER,
+  XM_RT_CAT_ACTIVATIONS,
+  XM_RT_CAT_WORKSPACE,
+  XM_RT_CAT_INPUTS,
+  XM_RT_CAT_COUNT_
+} xm_rt_category_t;
+
+typedef enum { XM_RT_F32 = 0, XM_RT_I32 = 1 } xm_rt_dtype_t;
+typedef enum { XM_RT_INIT_NONE = 0, XM_RT_INIT_NORMAL, XM_RT_INIT_ONES, XM_RT_INIT_ZEROS } xm_rt_init_t;
+
+typedef struct {
+  const char *name;     /* params: HF name, "{e}" marks a stacked expert dim 0;
+                           states: "<param name>.<kind>"; else the IR value */
+  int category;         /* xm_rt_category_t */
+  int dtype;            /* xm_rt_dtype_t */
+  int rank;
+  int64_t dims[6];      /* upper bounds for dynamic dims */
+  int persistent;       /* 1: in the persistent arena (params, states) */
+  int64_t offset;       /* bytes from the start of its arena */
+  int64_t bytes;
+  int init;             /* params: xm_rt_init_t */
+  float init_std;
+  int trainable;        /* params: updated by the optimizer */
+  int param;            /* states: index of the param they belong to, else -1 */
+  /* Sharding (multi-rank programs; all 0 for a tensor every rank holds
+   * whole). split_group (xm_rt_group_kind_t + 1, 0 = not split): dim
+   * split_dim of the full tensor is cut into group-size equal slices and
+   * this rank holds slice number group index; dims above are the slice's.
+   * chunk_group (xm_rt_group_kind_t + 1, 0 = none): a ZeRO-1 optimizer
+   * state holding this rank's chunk (runtime/comm/spmd.h xm_rt_chunk) of the
+   * flattened (slice of the) param `param`; its dims are {c}. */
+  int split_group;
+  int split_dim;
+  int chunk_group;
+} xm_rt_tensor_t;
+
+typedef struct xm_rt_exec xm_rt_exec_t;
+/* The process context (rank, world, node layout; runtime/comm/context.h).
+ * Opaque here: the ABI that generated code sees carries no MPI types. */
+typedef struct xm_rt_context xm_rt_context_t;
+
+typedef struct {
+  const char *model_name;
+  const char *config_json;    /* HF-style config.json text (docs/design.md, Interfaces) */
+  const char *spec_json;      /* the input spec, for the manifest and checkpoints */
+  /* shapes */
+  int64_t vocab, seq_len, micro_batch, grad_accum;
+  /* training settings (spec defaults; flags of out/train override) */
+  double lr, min_lr, weight_decay, beta1, beta2, adam_eps, grad_clip;
+  int64_t warmup_steps, train_steps;
+  int lr_schedule;            /* 0 cosine, 1 constant, 2 linear (xm_lr_schedule_t) */
+  uint64_t seed;
+  /* parallel layout the schedule was compiled for (0 read as 1; out/train
+   * refuses to run on a world size other than dp*tp). ranks_per_node 0:
+   * unknown at compile time (the run decides). */
+  int dp, tp, ep, ssmb, rbd, zero, ranks_per_node;
+  /* memory */
+  int64_t persistent_bytes, activation_bytes;
+  int64_t category_bytes[XM_RT_CAT_COUNT_]; /* peak per category */
+  /* tensors */
+  int num_tensors;
+  const xm_rt_tensor_t *tensors;
+  int tokens, labels;         /* input tensors, i32[micro_batch, seq_len] */
+  int loss, ce_loss;          /* f32[] outputs of micro: total and cross-entropy */
+  /* schedule */
+  void (*micro)(xm_rt_exec_t *x);
+  void (*step)(xm_rt_exec_t *x);
+} xm_rt_program_t;
+
+/* The state the generated functions read. */
+struct xm_rt_exec {
+  const xm_rt_program_t *program;
+  const xm_rt_context_t *ctx;
+  unsigned char *persist;     /* persistent arena */
+  unsigned char *act;         /* activation arena */
+  float lr;                   /* learning rate of the current step */
+  int64_t step;               /* 1-based optimizer step being taken */
+  /* optimizer settings in force (program defaults or out/train flags) */
+  float beta1, beta2, adam_eps, weight_decay, grad_clip;
+  float grad_scale;           /* set by the step function: the clip coefficient */
+  double grad_norm;           /* set by the step function: global norm before clipping */
+  void *comm;                 /* xm_rt_comm_t * (runtime/comm/comm.h) of a multi-rank run, else NULL */
+  void *rbd;                  /* RBD routing records between forward and backward (runtime/moe/rbd_exec.h) */
+  /* The op-timeline recorder (xm_rt_trace_t *, runtime/driver/trace.h) while a
+   * step traced by `out/train --trace` runs, else NULL: the hooks of the
+   * generated code test it and do nothing else when it is NULL. */
+  void *trace;
+};
+
+/* The program a generated out/program.c defines. */
+extern const xm_rt_program_t xm_program;
+
+/* min(1, clip / (sqrt(norm_sq) + 1e-6)); 1 when clip <= 0 (PyTorch's
+ * clip_grad_norm_). */
+float xm_rt_clip_coef(float norm_sq, float clip);
+
+/* Stops the program from generated code (a data-dependent size over the
+ * bound the memory plan reserved, ...): prints "xmoec: rank R: <message>"
+ * and ends every rank with exit code 1 (xm_rt_abort). With no context yet
+ * (x->ctx NULL, e.g. a test harness) it prints and exits. Never returns. */
+void xm_rt_fail(const xm_rt_exec_t *x, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+
+/* Fault injection for the failure tests: true when the environment
+ * variable XM_FAULT is "KIND:RANK:STEP" with this KIND, this world rank and
+ * x->step == STEP (runtime/comm/fail.c). Never set in normal runs. */
+int xm_rt_fault(const xm_rt_exec_t *x, const char *kind);
+
+#endif /* XM_RUNTIME_PROGRAM_H */

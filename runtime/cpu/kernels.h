@@ -1,0 +1,174 @@
+/* runtime/cpu/kernels.h — the CPU kernels of libxmrt (fp32 math).
+ *
+ * One function per IR op (ir/ops.def), forward and backward. The generated
+ * schedule calls them with pointers into the arenas and explicit sizes; the
+ * kernels own no memory and keep no state. Layouts are row-major; weights
+ * are [out, in] as in Hugging Face checkpoints. A kernel fully overwrites
+ * its outputs (gradients are never accumulated into by a kernel, except
+ * xm_k_accumulate and the *_dw_acc weight gradients, which add into the
+ * grad state directly), so the memory planner may hand them dirty buffers.
+ *
+ * Routed sizes: `n` is the number of token slots actually present in the
+ * expert-sorted buffers (the value returned by xm_k_permute; T*k when
+ * dropless); buffers are allocated for the bound, only the first n rows are
+ * read or written. tokens_per_expert (tpe) gives each expert's row count in
+ * expert order; sum(tpe) == n.
+ *
+ * GEMMs go through CBLAS. Elementwise and routing kernels use OpenMP where
+ * the work is large enough to pay for it.
+ */
+#ifndef XM_RUNTIME_KERNELS_H
+#define XM_RUNTIME_KERNELS_H
+
+#include <stdint.h>
+
+/* Scoring functions (same numbering as frontend xm_scoring_t). */
+enum { XM_K_SOFTMAX = 0, XM_K_SIGMOID = 1 };
+
+/* ---- dense ------------------------------------------------------------- */
+
+/* y[M,N] = x[M,K] w[N,K]^T */
+void xm_k_matmul(const float *x, const float *w, float *y, int64_t M, int64_t K, int64_t N);
+/* dx[M,K] = dy[M,N] w[N,K] */
+void xm_k_matmul_dx(const float *dy, const float *w, float *dx, int64_t M, int64_t K, int64_t N);
+/* dw[N,K] = dy[M,N]^T x[M,K] */
+void xm_k_matmul_dw(const float *dy, const float *x, float *dw, int64_t M, int64_t K, int64_t N);
+/* dw[N,K] += dy[M,N]^T x[M,K]: matmul_dw followed by xm_k_accumulate in one
+ * GEMM (beta = 1), for the generated code when dw's only use is that add. */
+void xm_k_matmul_dw_acc(const float *dy, const float *x, float *dw, int64_t M, int64_t K,
+                        int64_t N);
+
+/* y[i] = a[i] + b[i % nb] (nb divides na); mul likewise. */
+void xm_k_add(const float *a, const float *b, float *y, int64_t na, int64_t nb);
+void xm_k_mul(const float *a, const float *b, float *y, int64_t na, int64_t nb);
+void xm_k_scale(const float *x, float *y, int64_t n, float factor);
+/* y[j] = sum_i x[i*ny + j], j < ny (nx divisible by ny). */
+void xm_k_reduce_to(const float *x, float *y, int64_t nx, int64_t ny);
+void xm_k_fill(float *y, int64_t n, float value);
+void xm_k_copy(const float *x, float *y, int64_t n);
+
+void xm_k_silu(const float *x, float *y, int64_t n);
+void xm_k_silu_grad(const float *dy, const float *x, float *dx, int64_t n);
+/* GeLU, tanh approximation. */
+void xm_k_gelu(const float *x, float *y, int64_t n);
+void xm_k_gelu_grad(const float *dy, const float *x, float *dx, int64_t n);
+void xm_k_sigmoid(const float *x, float *y, int64_t n);
+/* dx = dy * y * (1 - y), y the sigmoid output. */
+void xm_k_sigmoid_grad(const float *dy, const float *y, float *dx, int64_t n);
+/* y = silu(g) * u */
+void xm_k_swiglu(const float *g, const float *u, float *y, int64_t n);
+void xm_k_swiglu_grad(const float *dy, const float *g, const float *u, float *dg, float *du,
+                      int64_t n);
+
+/* y[r,:] = x[r,:] * rsqrt(mean(x[r,:]^2) + eps) * w, rows r < rows. */
+void xm_k_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t H, float eps);
+/* dw is overwritten with the sum over rows. */
+void xm_k_rmsnorm_grad(const float *dy, const float *x, const float *w, float *dx, float *dw,
+                       int64_t rows, int64_t H, float eps);
+
+/* HF Llama RoPE (rotate_half) of x[B,S,nh,D] at positions 0..S-1. */
+void xm_k_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D,
+               float theta);
+void xm_k_rope_grad(const float *dy, float *dx, int64_t B, int64_t S, int64_t nh, int64_t D,
+                    float theta);
+
+/* Causal attention: q[B,S,Hq,D], k[B,S,Hkv,D], v[B,S,Hkv,Dv] ->
+ * out[B,S,Hq,Dv]; query head h uses kv head h / (Hq/Hkv). */
+void xm_k_attention(const float *q, const float *k, const float *v, float *out, int64_t B,
+                    int64_t S, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv, float scale);
+void xm_k_attention_grad(const float *dout, const float *q, const float *k, const float *v,
+                         float *dq, float *dk, float *dv, int64_t B, int64_t S, int64_t Hq,
+                         int64_t Hkv, int64_t D, int64_t Dv, float scale);
+
+/* y[i,:] = table[tok[i],:]; token ids are validated by the data loader. */
+void xm_k_embedding(const int32_t *tok, const float *table, float *y, int64_t n_tok, int64_t H);
+/* dtable[V,H] = sum of dy rows per token id. */
+void xm_k_embedding_grad(const float *dy, const int32_t *tok, float *dtable, int64_t n_tok,
+                         int64_t V, int64_t H);
+
+/* *loss = mean over rows of -log softmax(logits[r])[labels[r]]. */
+void xm_k_cross_entropy(const float *logits, const int32_t *labels, float *loss, int64_t rows,
+                        int64_t V);
+/* dlogits = *dloss * (softmax - onehot) / rows */
+void xm_k_cross_entropy_grad(const float *dloss, const float *logits, const int32_t *labels,
+                             float *dlogits, int64_t rows, int64_t V);
+
+/* ---- router and padding-free MoE ---------------------------------------
+ * (docs/design.md, Model semantics; Padding-free token permutation) */
+
+void xm_k_router_score(const float *logits, float *scores, int64_t T, int64_t E, int scoring);
+void xm_k_router_score_grad(const float *dscores, const float *scores, float *dlogits, int64_t T,
+                            int64_t E, int scoring);
+/* Group-limited top-k with the aux-free bias used for choosing only; ties
+ * go to the lower expert index. */
+void xm_k_topk_route(const float *scores, const float *bias, int32_t *experts, float *weights,
+                     int64_t T, int64_t E, int64_t k, int64_t n_group, int64_t topk_group,
+                     int norm_topk_prob, float routed_scaling, int scoring);
+void xm_k_topk_route_grad(const float *dweights, const float *scores, const int32_t *experts,
+                          float *dscores, int64_t T, int64_t E, int64_t k, int norm_topk_prob,
+                          float routed_scaling);
+/* Stable sort of the T*k slots by expert: indices[i] is the slot (t*k + j)
+ * of row i, bin_ids[i] its expert, tpe[e] the rows of expert e. capacity 0
+ * = dropless; otherwise each expert keeps its `capacity` slots of highest
+ * weight (ties: lower slot index) and the rest are dropped. Returns n. */
+int64_t xm_k_permute(const int32_t *experts, const float *weights, int32_t *indices,
+                     int32_t *bin_ids, int32_t *tpe, int64_t T, int64_t k, int64_t E,
+                     int64_t capacity);
+/* y[i,:] = x[indices[i] / k, :], i < n */
+void xm_k_gather_rows(const float *x, const int32_t *indices, float *y, int64_t n, int64_t H,
+                      int64_t k);
+/* dx[T,H] = 0; dx[indices[i]/k] += dy[i] */
+void xm_k_gather_rows_grad(const float *dy, const int32_t *indices, float *dx, int64_t n,
+                           int64_t T, int64_t H, int64_t k);
+/* Rows of expert e (consecutive, tpe[e] of them) times w[e]^T:
+ * x[n,K], w[E,M,K] -> y[n,M]. */
+void xm_k_grouped_matmul(const float *x, const float *w, const int32_t *tpe, float *y, int64_t E,
+                         int64_t K, int64_t M);
+void xm_k_grouped_matmul_dx(const float *dy, const float *w, const int32_t *tpe, float *dx,
+                            int64_t E, int64_t K, int64_t M);
+/* dw[E,M,K]; experts with no rows get zeros. */
+void xm_k_grouped_matmul_dw(const float *dy, const float *x, const int32_t *tpe, float *dw,
+                            int64_t E, int64_t K, int64_t M);
+/* dw[E,M,K] += the same product (experts with no rows are left as they are). */
+void xm_k_grouped_matmul_dw_acc(const float *dy, const float *x, const int32_t *tpe, float *dw,
+                                int64_t E, int64_t K, int64_t M);
+/* out[T,H] = sum over kept slots of weights[slot] * y[row of slot]. */
+void xm_k_scatter_combine(const float *y, const int32_t *indices, const float *weights,
+                          float *out, int64_t n, int64_t T, int64_t k, int64_t H);
+/* dy[i] = weights[slot_i] * dout[t_i]; dweights[slot_i] = dot(dout[t_i], y[i]);
+ * dropped slots get dweights 0. */
+void xm_k_scatter_combine_grad(const float *dout, const float *y, const int32_t *indices,
+                               const float *weights, float *dy, float *dweights, int64_t n,
+                               int64_t T, int64_t k, int64_t H);
+/* Expert parallelism (docs/design.md, Padding-free token permutation): x holds rows in (member p, local
+ * expert l) order, counts[p*L + l] rows per block, as an all-to-all
+ * delivers them; sort_chunks writes them to y in (l, p) order (all rows of
+ * local expert 0 from member 0, then from member 1, ..., then expert 1),
+ * the order the grouped GEMMs read; unsort_chunks is the inverse (x in
+ * (l, p) order, y in (p, l) order). width floats per row; x and y must not
+ * overlap; only the sum(counts) rows are touched. */
+void xm_k_sort_chunks(const float *x, const int32_t *counts, int64_t P, int64_t L, int64_t width,
+                      float *y);
+void xm_k_unsort_chunks(const float *x, const int32_t *counts, int64_t P, int64_t L,
+                        int64_t width, float *y);
+/* *loss = alpha * sum_e f_e P_e, f_e = E/(k*T) * count_e, P_e = mean_t scores[t,e]. */
+void xm_k_aux_loss(const float *scores, const int32_t *experts, float *loss, int64_t T,
+                   int64_t E, int64_t k, float alpha);
+void xm_k_aux_loss_grad(const float *dloss, const float *scores, const int32_t *experts,
+                        float *dscores, int64_t T, int64_t E, int64_t k, float alpha);
+
+/* ---- training state and the optimizer ---------------------------------- */
+
+void xm_k_accumulate(float *acc, const float *x, int64_t n);
+void xm_k_accumulate_i32(int32_t *acc, const int32_t *x, int64_t n);
+/* Sum of squares in double precision. */
+double xm_k_sum_sq(const float *x, int64_t n);
+/* PyTorch AdamW on one tensor: g' = g * grad_scale; m = b1 m + (1-b1) g';
+ * v = b2 v + (1-b2) g'^2; p -= lr * wd * p; p -= lr * (m / (1-b1^t)) /
+ * (sqrt(v / (1-b2^t)) + eps), t = step (1-based). */
+void xm_k_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
+                float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
+/* bias[e] += gamma * sign(mean(load) - load[e]) */
+void xm_k_aux_free_update(float *bias, const int32_t *load, int64_t E, float gamma);
+
+#endif /* XM_RUNTIME_KERNELS_H */

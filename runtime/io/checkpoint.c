@@ -1,0 +1,989 @@
+/* runtime/io/checkpoint.c — saving and loading checkpoints in Hugging Face form.
+ *
+ * The program's tensor table is the only source of truth. Both directions
+ * first turn it into a list of stored tensors ("items"): every persistent
+ * weight (model files) or optimizer state (optimizer file), with a stacked
+ * expert tensor ("{e}" in its name, experts on dim 0) becoming one item per
+ * expert that points at its contiguous slice of the arena. Saving streams
+ * the items straight from the arena into safetensors files; loading matches
+ * the files against the same list, reports every missing, unexpected,
+ * mis-typed or mis-shaped tensor, and copies only when nothing is wrong, so
+ * a failed load never leaves a half-filled arena behind silently.
+ *
+ * Atomicity (the argument is spelled out in docs/checkpoints.md): a save
+ * builds "<dir>.tmp-<pid>" completely and syncs it, then swaps it in, with
+ * renameat2(RENAME_EXCHANGE) where the file system has it and otherwise
+ * with two renames through "<dir>.old-<pid>". The only moment without
+ * "<dir>" is between those two renames, and then both the old and the new
+ * checkpoint are complete on disk; the next save finishes the swap and the
+ * loader reads the new one directly. Leftovers of crashed saves (tmp or old
+ * directories with a numeric suffix) are removed by the next save.
+ *
+ * Rank 0 writes everything and tensors are stored whole, so any parallel
+ * layout can load any checkpoint. A multi-rank program's slices and ZeRO-1
+ * chunks are gathered into a whole-tensor view before the save and cut out
+ * of it after the load by runtime/io/shard_io.c; this file only sees whole
+ * tensors.
+ */
+#define _GNU_SOURCE /* renameat2, qsort_r */
+#include "runtime/io/checkpoint.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "runtime/comm/context.h"
+#include "runtime/io/safetensors.h"
+#include "support/strbuf.h"
+
+#define CK_DEFAULT_SHARD_BYTES (4ll << 30)
+#define CK_MODEL_FILE "model.safetensors"
+#define CK_INDEX_FILE "model.safetensors.index.json"
+#define CK_OPTIM_FILE "optimizer.safetensors"
+#define CK_STATE_FILE "trainer_state.json"
+
+/* ------------------------------------------------------------------ */
+/* stored tensors                                                       */
+/* ------------------------------------------------------------------ */
+
+/* One tensor as stored: a whole table tensor or one expert of a stack. */
+typedef struct {
+  char *name; /* owned; "{e}" replaced */
+  int tensor; /* index in the program table */
+  xm_st_dtype_t dtype;
+  int rank;
+  int64_t dims[XM_ST_MAX_RANK];
+  int64_t bytes;
+  int64_t offset; /* from the start of the persistent arena */
+  int file;       /* load: index of the file expected to hold it */
+} ck_item_t;
+
+typedef struct {
+  ck_item_t *items; /* owned */
+  int count;
+  int cap;
+} ck_list_t;
+
+static void ck_list_free(ck_list_t *l) {
+  for (int i = 0; i < l->count; i++)
+    free(l->items[i].name);
+  free(l->items);
+  memset(l, 0, sizeof *l);
+}
+
+static ck_item_t *ck_list_push(ck_list_t *l) {
+  if (l->count == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 32;
+    ck_item_t *p = realloc(l->items, (size_t)cap * sizeof *p);
+    XM_ASSERT(p != NULL);
+    l->items = p;
+    l->cap = cap;
+  }
+  ck_item_t *it = &l->items[l->count++];
+  memset(it, 0, sizeof *it);
+  return it;
+}
+
+static bool ck_stored_in(const xm_rt_tensor_t *t, bool optimizer) {
+  return t->category == (optimizer ? XM_RT_CAT_OPTIMIZER : XM_RT_CAT_WEIGHTS);
+}
+
+/* Appends the items of table tensor `ti` (one per expert when stacked). */
+static xm_status_t ck_expand(const xm_rt_program_t *p, int ti, xm_diag_t *diag, ck_list_t *l) {
+  const xm_rt_tensor_t *t = &p->tensors[ti];
+  const char *mark = strstr(t->name, "{e}");
+  bool ok = t->persistent && (t->dtype == XM_RT_F32 || t->dtype == XM_RT_I32) && t->rank >= 0 &&
+            t->rank <= 6 && (!mark || t->rank >= 1);
+  int64_t elems = 1;
+  for (int d = 0; ok && d < t->rank; d++)
+    ok = t->dims[d] >= 0 && !__builtin_mul_overflow(elems, t->dims[d], &elems);
+  if (!ok || elems * 4 > t->bytes) {
+    xm_diag_add(diag, XM_DIAG_ERROR, NULL, t->name,
+                "program table entry cannot be stored (not persistent, bad dtype or shape)");
+    return XM_ERR_INTERNAL;
+  }
+  int64_t experts = mark ? t->dims[0] : 1;
+  int64_t slice = experts > 0 ? elems * 4 / experts : 0;
+  for (int64_t e = 0; e < experts; e++) {
+    ck_item_t *it = ck_list_push(l);
+    xm_strbuf_t name;
+    xm_strbuf_init(&name);
+    if (mark) {
+      xm_strbuf_append(&name, t->name, (size_t)(mark - t->name));
+      xm_strbuf_printf(&name, "%lld%s", (long long)e, mark + 3);
+    } else {
+      xm_strbuf_puts(&name, t->name);
+    }
+    it->name = xm_strbuf_take(&name);
+    it->tensor = ti;
+    it->dtype = t->dtype == XM_RT_I32 ? XM_ST_I32 : XM_ST_F32;
+    it->rank = mark ? t->rank - 1 : t->rank;
+    for (int d = 0; d < it->rank; d++)
+      it->dims[d] = t->dims[d + (mark ? 1 : 0)];
+    it->bytes = slice;
+    it->offset = t->offset + e * slice;
+    it->file = -1;
+  }
+  return XM_OK;
+}
+
+static xm_status_t ck_collect(const xm_rt_program_t *p, bool optimizer, xm_diag_t *diag,
+                              ck_list_t *out) {
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < p->num_tensors; i++) {
+    if (!ck_stored_in(&p->tensors[i], optimizer)) continue;
+    xm_status_t s = ck_expand(p, i, diag, out);
+    if (s != XM_OK) {
+      ck_list_free(out);
+      return s;
+    }
+  }
+  return XM_OK;
+}
+
+static int ck_cmp_item_name(const void *a, const void *b) {
+  return strcmp(((const ck_item_t *)a)->name, ((const ck_item_t *)b)->name);
+}
+
+static ck_item_t *ck_find_item(const ck_list_t *l, const char *name) {
+  ck_item_t key = {.name = (char *)name};
+  return bsearch(&key, l->items, (size_t)l->count, sizeof key, ck_cmp_item_name);
+}
+
+static xm_st_entry_t ck_entry(const xm_rt_exec_t *x, const ck_item_t *it) {
+  xm_st_entry_t e = {
+      .name = it->name, .dtype = it->dtype, .rank = it->rank, .data = x->persist + it->offset};
+  memcpy(e.dims, it->dims, sizeof e.dims);
+  return e;
+}
+
+/* ------------------------------------------------------------------ */
+/* files and directories                                                */
+/* ------------------------------------------------------------------ */
+
+static char *ck_join(const char *dir, const char *name) {
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  xm_strbuf_printf(&b, "%s/%s", dir, name);
+  return xm_strbuf_take(&b);
+}
+
+static bool ck_exists(const char *path) {
+  struct stat sb;
+  return lstat(path, &sb) == 0;
+}
+
+static bool ck_is_dir(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static xm_status_t ck_io_error(xm_diag_t *diag, const char *path, const char *what) {
+  xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s: %s", what, strerror(errno));
+  return XM_ERR_IO;
+}
+
+static xm_status_t ck_fsync_dir(const char *path, xm_diag_t *diag) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ck_io_error(diag, path, "cannot open directory");
+  int rc = fsync(fd);
+  close(fd);
+  /* Some file systems cannot sync directories; the data files are synced. */
+  if (rc != 0 && errno != EINVAL && errno != ENOTSUP)
+    return ck_io_error(diag, path, "cannot sync directory");
+  return XM_OK;
+}
+
+static xm_status_t ck_write_text(const char *dir, const char *name, const char *text,
+                                 xm_diag_t *diag) {
+  char *path = ck_join(dir, name);
+  xm_status_t s = XM_OK;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    s = ck_io_error(diag, path, "cannot create");
+  } else {
+    size_t n = strlen(text), done = 0;
+    while (done < n && s == XM_OK) {
+      ssize_t w = write(fd, text + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0)
+        s = ck_io_error(diag, path, "write failed");
+      else
+        done += (size_t)w;
+    }
+    if (s == XM_OK && fsync(fd) != 0) s = ck_io_error(diag, path, "fsync failed");
+    if (close(fd) != 0 && s == XM_OK) s = ck_io_error(diag, path, "close failed");
+  }
+  free(path);
+  return s;
+}
+
+static int ck_remove_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  remove(path);
+  return 0;
+}
+
+static void ck_remove_tree(const char *path) { nftw(path, ck_remove_cb, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* The target split into parent and base, and the names of its siblings. */
+typedef struct {
+  char *dir; /* the target, without trailing slashes */
+  char *parent;
+  char *base;
+  char *tmp; /* "<dir>.tmp-<pid>" */
+  char *old; /* "<dir>.old-<pid>" */
+} ck_paths_t;
+
+static void ck_paths_init(const char *dir, ck_paths_t *p) {
+  memset(p, 0, sizeof *p);
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/')
+    n--;
+  p->dir = strndup(dir, n);
+  XM_ASSERT(p->dir != NULL);
+  const char *slash = strrchr(p->dir, '/');
+  p->parent = slash ? strndup(p->dir, slash == p->dir ? 1 : (size_t)(slash - p->dir)) : strdup(".");
+  p->base = strdup(slash ? slash + 1 : p->dir);
+  XM_ASSERT(p->parent && p->base);
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  xm_strbuf_printf(&b, "%s.tmp-%ld", p->dir, (long)getpid());
+  p->tmp = xm_strbuf_take(&b);
+  xm_strbuf_printf(&b, "%s.old-%ld", p->dir, (long)getpid());
+  p->old = xm_strbuf_take(&b);
+}
+
+static void ck_paths_free(ck_paths_t *p) {
+  free(p->dir), free(p->parent), free(p->base), free(p->tmp), free(p->old);
+  memset(p, 0, sizeof *p);
+}
+
+/* If `entry` is "<base>.<kind>-<digits>", returns the digits, else NULL. */
+static const char *ck_sibling_pid(const char *entry, const char *base, const char *kind) {
+  size_t nb = strlen(base), nk = strlen(kind);
+  if (strncmp(entry, base, nb) != 0 || entry[nb] != '.' || strncmp(entry + nb + 1, kind, nk) != 0 ||
+      entry[nb + 1 + nk] != '-')
+    return NULL;
+  const char *digits = entry + nb + nk + 2;
+  if (!*digits) return NULL;
+  for (const char *c = digits; *c; c++)
+    if (!isdigit((unsigned char)*c)) return NULL;
+  return digits;
+}
+
+/* An interrupted swap leaves no "<dir>" but "<dir>.old-P", and then the
+ * complete new checkpoint in "<dir>.tmp-P" when it is still there. Sets
+ * *out_old / *out_new (owned, NULL when absent) for the first such P. */
+static void ck_find_interrupted(const ck_paths_t *p, char **out_old, char **out_new) {
+  *out_old = *out_new = NULL;
+  DIR *d = opendir(p->parent);
+  if (!d) return;
+  char *best = NULL;
+  for (struct dirent *e; (e = readdir(d));) {
+    const char *pid = ck_sibling_pid(e->d_name, p->base, "old");
+    if (pid && (!best || strcmp(pid, best) < 0)) {
+      free(best);
+      best = strdup(pid);
+    }
+  }
+  closedir(d);
+  if (!best) return;
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  xm_strbuf_printf(&b, "%s.old-%s", p->dir, best);
+  *out_old = xm_strbuf_take(&b);
+  xm_strbuf_printf(&b, "%s.tmp-%s", p->dir, best);
+  char *tmp = xm_strbuf_take(&b);
+  free(best);
+  if (ck_is_dir(tmp))
+    *out_new = tmp;
+  else
+    free(tmp);
+}
+
+/* Finishes a swap that a crash interrupted, then removes every leftover
+ * "<dir>.tmp-N" / "<dir>.old-N". Only the saving rank calls this. */
+static xm_status_t ck_recover(const ck_paths_t *p, xm_diag_t *diag) {
+  if (!ck_exists(p->dir)) {
+    char *old = NULL, *fresh = NULL;
+    ck_find_interrupted(p, &old, &fresh);
+    const char *keep = fresh ? fresh : old;
+    xm_status_t s = XM_OK;
+    if (keep && rename(keep, p->dir) != 0)
+      s = ck_io_error(diag, keep, "cannot restore the interrupted checkpoint");
+    else if (keep)
+      s = ck_fsync_dir(p->parent, diag);
+    free(old), free(fresh);
+    XM_RETURN_IF_ERROR(s);
+  }
+  DIR *d = opendir(p->parent);
+  if (!d) return ck_io_error(diag, p->parent, "cannot read directory");
+  xm_strbuf_t victims; /* NUL-separated, removed after the scan */
+  xm_strbuf_init(&victims);
+  for (struct dirent *e; (e = readdir(d));) {
+    if (ck_sibling_pid(e->d_name, p->base, "tmp") || ck_sibling_pid(e->d_name, p->base, "old")) {
+      xm_strbuf_printf(&victims, "%s/%s", p->parent, e->d_name);
+      xm_strbuf_append(&victims, "", 1);
+    }
+  }
+  closedir(d);
+  for (size_t at = 0; at < victims.len; at += strlen(victims.data + at) + 1)
+    ck_remove_tree(victims.data + at);
+  xm_strbuf_free(&victims);
+  return XM_OK;
+}
+
+static bool ck_exchange_allowed(void) {
+  const char *v = getenv("XM_CKPT_RENAME_EXCHANGE"); /* "0": test the two-rename path */
+  return !(v && strcmp(v, "0") == 0);
+}
+
+/* Puts the complete tmp directory in place of the target. */
+static xm_status_t ck_swap(const ck_paths_t *p, xm_diag_t *diag) {
+  if (!ck_exists(p->dir)) {
+    if (rename(p->tmp, p->dir) != 0) return ck_io_error(diag, p->dir, "cannot rename into place");
+    return ck_fsync_dir(p->parent, diag);
+  }
+  if (ck_exchange_allowed() &&
+      renameat2(AT_FDCWD, p->tmp, AT_FDCWD, p->dir, RENAME_EXCHANGE) == 0) {
+    XM_RETURN_IF_ERROR(ck_fsync_dir(p->parent, diag));
+    ck_remove_tree(p->tmp); /* now the previous checkpoint */
+    return XM_OK;
+  }
+  if (rename(p->dir, p->old) != 0) return ck_io_error(diag, p->dir, "cannot move aside");
+  /* A crash here leaves old + tmp, both complete: ck_recover and the loader
+   * take tmp. */
+  if (rename(p->tmp, p->dir) != 0) {
+    xm_status_t s = ck_io_error(diag, p->dir, "cannot rename into place");
+    rename(p->old, p->dir); /* put the previous checkpoint back */
+    return s;
+  }
+  XM_RETURN_IF_ERROR(ck_fsync_dir(p->parent, diag));
+  ck_remove_tree(p->old);
+  return XM_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* save                                                                 */
+/* ------------------------------------------------------------------ */
+
+static xm_status_t ck_shard_limit(xm_diag_t *diag, int64_t *out_bytes) {
+  const char *v = getenv("XM_CKPT_SHARD_BYTES");
+  *out_bytes = CK_DEFAULT_SHARD_BYTES;
+  if (!v) return XM_OK;
+  char *end = NULL;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (errno || end == v || *end || n <= 0) {
+    xm_diag_add(diag, XM_DIAG_ERROR, NULL, "XM_CKPT_SHARD_BYTES",
+                "must be a positive number of bytes, got \"%s\"", v);
+    return XM_ERR_INVALID_INPUT;
+  }
+  *out_bytes = n;
+  return XM_OK;
+}
+
+static xm_status_t ck_write_items(const xm_rt_exec_t *x, const char *path, const ck_list_t *l,
+                                  const int *shard, int which, xm_diag_t *diag) {
+  xm_st_entry_t *entries = malloc((size_t)(l->count > 0 ? l->count : 1) * sizeof *entries);
+  if (!entries) return XM_ERR_NO_MEMORY;
+  int n = 0;
+  for (int i = 0; i < l->count; i++)
+    if (!shard || shard[i] == which) entries[n++] = ck_entry(x, &l->items[i]);
+  xm_status_t s = xm_st_write(path, entries, n, NULL, 0, diag);
+  free(entries);
+  return s;
+}
+
+static char *ck_shard_name(int k, int n) {
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  xm_strbuf_printf(&b, "model-%05d-of-%05d.safetensors", k + 1, n);
+  return xm_strbuf_take(&b);
+}
+
+static xm_status_t ck_write_index(const char *dir, const ck_list_t *l, const int *shard,
+                                  int nshards, int64_t total, xm_diag_t *diag) {
+  ck_item_t *sorted = malloc((size_t)(l->count > 0 ? l->count : 1) * sizeof *sorted);
+  XM_ASSERT(sorted != NULL);
+  memcpy(sorted, l->items, (size_t)l->count * sizeof *sorted);
+  for (int i = 0; i < l->count; i++)
+    sorted[i].file = shard[i];
+  qsort(sorted, (size_t)l->count, sizeof *sorted, ck_cmp_item_name);
+  cJSON *root = cJSON_CreateObject();
+  cJSON *md = cJSON_AddObjectToObject(root, "metadata");
+  cJSON_AddNumberToObject(md, "total_size", (double)total);
+  cJSON *map = cJSON_AddObjectToObject(root, "weight_map");
+  for (int i = 0; i < l->count; i++) {
+    char *file = ck_shard_name(sorted[i].file, nshards);
+    cJSON_AddStringToObject(map, sorted[i].name, file);
+    free(file);
+  }
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  free(sorted);
+  if (!text) return XM_ERR_NO_MEMORY;
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  xm_strbuf_printf(&b, "%s\n", text);
+  free(text);
+  xm_status_t s = ck_write_text(dir, CK_INDEX_FILE, b.data, diag);
+  xm_strbuf_free(&b);
+  return s;
+}
+
+/* Shards in table order (layers stay together, as in HF's own splitter): a
+ * new shard starts when the next tensor would push the current one past the
+ * limit; a tensor larger than the limit gets a shard of its own. */
+static xm_status_t ck_save_model(const xm_rt_exec_t *x, const char *dir, const ck_list_t *l,
+                                 xm_diag_t *diag) {
+  int64_t limit;
+  XM_RETURN_IF_ERROR(ck_shard_limit(diag, &limit));
+  int *shard = calloc((size_t)(l->count > 0 ? l->count : 1), sizeof *shard);
+  XM_ASSERT(shard != NULL);
+  int nshards = l->count > 0 ? 1 : 0;
+  int64_t cur = 0, total = 0;
+  for (int i = 0; i < l->count; i++) {
+    int64_t b = l->items[i].bytes;
+    if (cur > 0 && cur + b > limit) {
+      nshards++;
+      cur = 0;
+    }
+    cur += b;
+    total += b;
+    shard[i] = nshards - 1;
+  }
+  xm_status_t s = XM_OK;
+  if (nshards <= 1) {
+    char *path = ck_join(dir, CK_MODEL_FILE);
+    s = ck_write_items(x, path, l, NULL, 0, diag);
+    free(path);
+  } else {
+    for (int k = 0; k < nshards && s == XM_OK; k++) {
+      char *name = ck_shard_name(k, nshards);
+      char *path = ck_join(dir, name);
+      s = ck_write_items(x, path, l, shard, k, diag);
+      free(path);
+      free(name);
+    }
+    if (s == XM_OK) s = ck_write_index(dir, l, shard, nshards, total, diag);
+  }
+  free(shard);
+  return s;
+}
+
+static const char *ck_schedule_name(int s) {
+  return s == 0 ? "cosine" : s == 1 ? "constant" : s == 2 ? "linear" : "unknown";
+}
+
+static char *ck_u64_str(uint64_t v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+  return strdup(buf);
+}
+
+static void ck_add_u64_string(cJSON *obj, const char *key, uint64_t v) {
+  char *s = ck_u64_str(v);
+  cJSON_AddStringToObject(obj, key, s);
+  free(s);
+}
+
+/* Settings go in twice: the program's (spec) values and the optimizer
+ * values in force in the exec (out/train flags may override them). */
+static void ck_add_settings(cJSON *root, const xm_rt_exec_t *x) {
+  const xm_rt_program_t *p = x->program;
+  cJSON *set = cJSON_AddObjectToObject(root, "settings");
+  cJSON_AddNumberToObject(set, "lr", p->lr);
+  cJSON_AddNumberToObject(set, "min_lr", p->min_lr);
+  cJSON_AddNumberToObject(set, "weight_decay", p->weight_decay);
+  cJSON_AddNumberToObject(set, "beta1", p->beta1);
+  cJSON_AddNumberToObject(set, "beta2", p->beta2);
+  cJSON_AddNumberToObject(set, "adam_eps", p->adam_eps);
+  cJSON_AddNumberToObject(set, "grad_clip", p->grad_clip);
+  cJSON_AddNumberToObject(set, "warmup_steps", (double)p->warmup_steps);
+  cJSON_AddNumberToObject(set, "train_steps", (double)p->train_steps);
+  cJSON_AddStringToObject(set, "lr_schedule", ck_schedule_name(p->lr_schedule));
+  ck_add_u64_string(set, "seed", p->seed);
+  cJSON_AddNumberToObject(set, "vocab", (double)p->vocab);
+  cJSON_AddNumberToObject(set, "seq_len", (double)p->seq_len);
+  cJSON_AddNumberToObject(set, "micro_batch", (double)p->micro_batch);
+  cJSON_AddNumberToObject(set, "grad_accum", (double)p->grad_accum);
+  cJSON *now = cJSON_AddObjectToObject(root, "in_force");
+  cJSON_AddNumberToObject(now, "lr", x->lr);
+  cJSON_AddNumberToObject(now, "weight_decay", x->weight_decay);
+  cJSON_AddNumberToObject(now, "beta1", x->beta1);
+  cJSON_AddNumberToObject(now, "beta2", x->beta2);
+  cJSON_AddNumberToObject(now, "adam_eps", x->adam_eps);
+  cJSON_AddNumberToObject(now, "grad_clip", x->grad_clip);
+}
+
+static char *ck_trainer_state_text(const xm_rt_exec_t *x, const xm_rt_train_state_t *st) {
+  const xm_rt_program_t *p = x->program;
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "format", "xmoec-trainer-state");
+  cJSON_AddNumberToObject(root, "version", 1);
+  cJSON_AddStringToObject(root, "model_name", p->model_name ? p->model_name : "");
+  cJSON_AddNumberToObject(root, "step", (double)st->step);
+  cJSON_AddNumberToObject(root, "data_pos", (double)st->data_pos);
+  cJSON *rng = cJSON_AddArrayToObject(root, "rng");
+  for (int i = 0; i < 4; i++) {
+    char *s = ck_u64_str(st->rng[i]);
+    cJSON_AddItemToArray(rng, cJSON_CreateString(s));
+    free(s);
+  }
+  if (isfinite(st->last_loss))
+    cJSON_AddNumberToObject(root, "last_loss", st->last_loss);
+  else
+    cJSON_AddNullToObject(root, "last_loss"); /* JSON has no NaN */
+  ck_add_settings(root, x);
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  XM_ASSERT(text != NULL);
+  size_t n = strlen(text);
+  char *out = malloc(n + 2);
+  XM_ASSERT(out != NULL);
+  memcpy(out, text, n);
+  memcpy(out + n, "\n", 2);
+  free(text);
+  return out;
+}
+
+/* Every file of the checkpoint into `dir` (the temporary directory). */
+static xm_status_t ck_write_all(const xm_rt_exec_t *x, const char *dir,
+                                const xm_rt_train_state_t *st, bool with_optimizer,
+                                xm_diag_t *diag) {
+  const xm_rt_program_t *p = x->program;
+  ck_list_t l;
+  XM_RETURN_IF_ERROR(ck_collect(p, false, diag, &l));
+  xm_status_t s = ck_save_model(x, dir, &l, diag);
+  ck_list_free(&l);
+  XM_RETURN_IF_ERROR(s);
+  if (with_optimizer) {
+    XM_RETURN_IF_ERROR(ck_collect(p, true, diag, &l));
+    char *path = ck_join(dir, CK_OPTIM_FILE);
+    s = ck_write_items(x, path, &l, NULL, 0, diag);
+    free(path);
+    ck_list_free(&l);
+    XM_RETURN_IF_ERROR(s);
+  }
+  XM_RETURN_IF_ERROR(
+      ck_write_text(dir, "config.json", p->config_json ? p->config_json : "{}\n", diag));
+  if (p->spec_json) XM_RETURN_IF_ERROR(ck_write_text(dir, "spec.json", p->spec_json, diag));
+  char *text = ck_trainer_state_text(x, st);
+  s = ck_write_text(dir, CK_STATE_FILE, text, diag);
+  free(text);
+  XM_RETURN_IF_ERROR(s);
+  return ck_fsync_dir(dir, diag);
+}
+
+xm_status_t xm_rt_checkpoint_save(const xm_rt_exec_t *x, const char *dir,
+                                  const xm_rt_train_state_t *st, bool with_optimizer,
+                                  xm_diag_t *diag) {
+  /* The caller's exec holds whole tensors: for a sharded program it is the
+   * full view runtime/io/shard_io.c gathered on rank 0. */
+  if (x->ctx && x->ctx->rank != 0) return XM_OK;
+  xm_rt_train_state_t zero = {0};
+  if (!st) st = &zero;
+  ck_paths_t p;
+  ck_paths_init(dir, &p);
+  xm_status_t s = ck_recover(&p, diag);
+  if (s == XM_OK && mkdir(p.tmp, 0755) != 0) s = ck_io_error(diag, p.tmp, "cannot create");
+  if (s == XM_OK) {
+    s = ck_write_all(x, p.tmp, st, with_optimizer, diag);
+    if (s == XM_OK) s = ck_swap(&p, diag);
+    if (s != XM_OK) ck_remove_tree(p.tmp);
+  }
+  ck_paths_free(&p);
+  return s;
+}
+
+/* ------------------------------------------------------------------ */
+/* load                                                                 */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+  char *name; /* owned; file name inside the checkpoint */
+  char *path; /* owned */
+  xm_st_file_t st;
+} ck_file_t;
+
+typedef struct {
+  ck_file_t *files; /* owned */
+  int count;
+  char *index; /* owned; the index path when the weights are sharded */
+} ck_files_t;
+
+static void ck_files_free(ck_files_t *fs) {
+  for (int i = 0; i < fs->count; i++) {
+    xm_st_close(&fs->files[i].st);
+    free(fs->files[i].name);
+    free(fs->files[i].path);
+  }
+  free(fs->files);
+  free(fs->index);
+  memset(fs, 0, sizeof *fs);
+}
+
+/* Index of file `name`, added (unopened) when new. */
+static int ck_files_add(ck_files_t *fs, const char *dir, const char *name) {
+  for (int i = 0; i < fs->count; i++)
+    if (strcmp(fs->files[i].name, name) == 0) return i;
+  ck_file_t *p = realloc(fs->files, (size_t)(fs->count + 1) * sizeof *p);
+  XM_ASSERT(p != NULL);
+  fs->files = p;
+  ck_file_t *f = &fs->files[fs->count];
+  memset(f, 0, sizeof *f);
+  f->name = strdup(name);
+  f->path = ck_join(dir, name);
+  XM_ASSERT(f->name != NULL);
+  return fs->count++;
+}
+
+/* A weight-map value must name a file inside the checkpoint directory. */
+static bool ck_plain_file_name(const char *s) {
+  return s[0] && s[0] != '.' && !strchr(s, '/') && !strchr(s, '\\');
+}
+
+static xm_status_t ck_read_index(const char *dir, ck_list_t *l, ck_files_t *fs, xm_diag_t *diag) {
+  char *path = ck_join(dir, CK_INDEX_FILE);
+  char *text = NULL;
+  size_t len = 0;
+  int err = xm_read_file(path, &text, &len);
+  if (err) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read: %s", strerror(err));
+    free(path);
+    return XM_ERR_IO;
+  }
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+  const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+  int errors = xm_diag_error_count(diag);
+  if (!root) {
+    char place[48];
+    snprintf(place, sizeof place, "offset %lld", (long long)(end ? end - text : 0));
+    xm_diag_add(diag, XM_DIAG_ERROR, path, place, "invalid JSON");
+  } else if (!cJSON_IsObject(map)) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "/weight_map", "missing or not an object");
+  } else {
+    for (const cJSON *e = map->child; e; e = e->next) {
+      xm_strbuf_t ptr;
+      xm_strbuf_init(&ptr);
+      xm_strbuf_printf(&ptr, "/weight_map/%s", e->string);
+      ck_item_t *it = ck_find_item(l, e->string);
+      if (!cJSON_IsString(e) || !ck_plain_file_name(e->valuestring))
+        xm_diag_add(diag, XM_DIAG_ERROR, path, ptr.data, "must name a file of the checkpoint");
+      else if (!it)
+        xm_diag_add(diag, XM_DIAG_ERROR, path, ptr.data,
+                    "unexpected tensor \"%s\": the program has no such parameter", e->string);
+      else
+        it->file = ck_files_add(fs, dir, e->valuestring);
+      xm_strbuf_free(&ptr);
+    }
+  }
+  cJSON_Delete(root);
+  free(text);
+  free(path);
+  return xm_diag_error_count(diag) == errors ? XM_OK : XM_ERR_INVALID_INPUT;
+}
+
+static void ck_shape_str(xm_strbuf_t *b, int rank, const int64_t *dims) {
+  xm_strbuf_puts(b, "[");
+  for (int d = 0; d < rank; d++)
+    xm_strbuf_printf(b, "%s%lld", d ? ", " : "", (long long)dims[d]);
+  xm_strbuf_puts(b, "]");
+}
+
+static void ck_check_item(const ck_item_t *it, const ck_files_t *fs, xm_diag_t *diag) {
+  if (it->file < 0) {
+    xm_diag_add(diag, XM_DIAG_ERROR, fs->index, it->name,
+                "missing tensor \"%s\" (not in the weight map)", it->name);
+    return;
+  }
+  const ck_file_t *f = &fs->files[it->file];
+  const xm_st_tensor_t *t = xm_st_find(&f->st, it->name);
+  if (!t) {
+    xm_diag_add(diag, XM_DIAG_ERROR, f->path, it->name, "missing tensor \"%s\"", it->name);
+    return;
+  }
+  if (t->dtype != it->dtype)
+    xm_diag_add(diag, XM_DIAG_ERROR, f->path, it->name,
+                "tensor \"%s\" has dtype %s, the program expects %s", it->name,
+                xm_st_dtype_name(t->dtype), xm_st_dtype_name(it->dtype));
+  if (t->rank != it->rank || memcmp(t->dims, it->dims, (size_t)it->rank * sizeof(int64_t))) {
+    xm_strbuf_t a, b;
+    xm_strbuf_init(&a);
+    xm_strbuf_init(&b);
+    ck_shape_str(&a, t->rank, t->dims);
+    ck_shape_str(&b, it->rank, it->dims);
+    xm_diag_add(diag, XM_DIAG_ERROR, f->path, it->name,
+                "tensor \"%s\" has shape %s, the program expects %s", it->name, a.data, b.data);
+    xm_strbuf_free(&a);
+    xm_strbuf_free(&b);
+  }
+}
+
+/* Opens every file and checks every item and every stored tensor. */
+static xm_status_t ck_match(ck_list_t *l, ck_files_t *fs, xm_diag_t *diag) {
+  int errors = xm_diag_error_count(diag);
+  xm_status_t worst = XM_OK;
+  for (int i = 0; i < fs->count; i++) {
+    xm_status_t s = xm_st_open(fs->files[i].path, diag, &fs->files[i].st);
+    if (s != XM_OK) worst = s == XM_ERR_IO ? XM_ERR_INVALID_INPUT : s;
+  }
+  if (worst != XM_OK) return worst;
+  for (int i = 0; i < l->count; i++)
+    ck_check_item(&l->items[i], fs, diag);
+  for (int k = 0; k < fs->count; k++) {
+    const ck_file_t *f = &fs->files[k];
+    for (int j = 0; j < f->st.num_tensors; j++) {
+      const char *name = f->st.tensors[j].name;
+      const ck_item_t *it = ck_find_item(l, name);
+      if (!it)
+        xm_diag_add(diag, XM_DIAG_ERROR, f->path, name,
+                    "unexpected tensor \"%s\": the program has no such tensor", name);
+      else if (it->file != k)
+        xm_diag_add(diag, XM_DIAG_ERROR, f->path, name,
+                    "tensor \"%s\" is stored here but the index maps it to another file", name);
+    }
+  }
+  return xm_diag_error_count(diag) == errors ? XM_OK : XM_ERR_INVALID_INPUT;
+}
+
+/* A matched group of stored tensors and the files that hold them; copied
+ * into the arena only once every group of the checkpoint has matched. */
+typedef struct {
+  ck_list_t items;
+  ck_files_t files;
+} ck_group_t;
+
+static void ck_group_free(ck_group_t *g) {
+  ck_files_free(&g->files);
+  ck_list_free(&g->items);
+}
+
+static void ck_group_copy(xm_rt_exec_t *x, const ck_group_t *g) {
+  for (int i = 0; i < g->items.count; i++) {
+    const ck_item_t *it = &g->items.items[i];
+    const xm_st_tensor_t *t = xm_st_find(&g->files.files[it->file].st, it->name);
+    if (it->bytes) memcpy(x->persist + it->offset, t->data, (size_t)it->bytes);
+  }
+}
+
+static xm_status_t ck_sorted_items(const xm_rt_program_t *p, bool optimizer, xm_diag_t *diag,
+                                   ck_list_t *out) {
+  XM_RETURN_IF_ERROR(ck_collect(p, optimizer, diag, out));
+  qsort(out->items, (size_t)out->count, sizeof *out->items, ck_cmp_item_name);
+  for (int i = 1; i < out->count; i++) {
+    if (strcmp(out->items[i].name, out->items[i - 1].name) == 0) {
+      xm_diag_add(diag, XM_DIAG_ERROR, NULL, out->items[i].name,
+                  "the program table names two tensors alike");
+      ck_list_free(out);
+      return XM_ERR_INTERNAL;
+    }
+  }
+  return XM_OK;
+}
+
+static xm_status_t ck_match_model(const xm_rt_program_t *p, const char *dir, xm_diag_t *diag,
+                                  ck_group_t *g) {
+  XM_RETURN_IF_ERROR(ck_sorted_items(p, false, diag, &g->items));
+  char *index = ck_join(dir, CK_INDEX_FILE);
+  char *single = ck_join(dir, CK_MODEL_FILE);
+  xm_status_t s = XM_OK;
+  if (ck_exists(index)) {
+    g->files.index = strdup(index);
+    s = ck_read_index(dir, &g->items, &g->files, diag);
+  } else if (ck_exists(single)) {
+    int f = ck_files_add(&g->files, dir, CK_MODEL_FILE);
+    for (int i = 0; i < g->items.count; i++)
+      g->items.items[i].file = f;
+  } else {
+    xm_diag_add(diag, XM_DIAG_ERROR, dir, NULL, "no %s or %s in the checkpoint", CK_MODEL_FILE,
+                CK_INDEX_FILE);
+    s = XM_ERR_INVALID_INPUT;
+  }
+  if (s == XM_OK) s = ck_match(&g->items, &g->files, diag);
+  free(index);
+  free(single);
+  return s;
+}
+
+static xm_status_t ck_match_optimizer(const xm_rt_program_t *p, const char *dir, xm_diag_t *diag,
+                                      ck_group_t *g) {
+  XM_RETURN_IF_ERROR(ck_sorted_items(p, true, diag, &g->items));
+  int f = ck_files_add(&g->files, dir, CK_OPTIM_FILE);
+  for (int i = 0; i < g->items.count; i++)
+    g->items.items[i].file = f;
+  if (!ck_exists(g->files.files[f].path)) {
+    xm_diag_add(diag, XM_DIAG_ERROR, g->files.files[f].path, NULL,
+                "the optimizer state was asked for but the checkpoint has none");
+    return XM_ERR_INVALID_INPUT;
+  }
+  return ck_match(&g->items, &g->files, diag);
+}
+
+/* Zeroes the persistent tensors of one category (grads always start a
+ * step at zero; optimizer states when they are not loaded). */
+static void ck_zero_category(xm_rt_exec_t *x, int category) {
+  const xm_rt_program_t *p = x->program;
+  for (int i = 0; i < p->num_tensors; i++) {
+    const xm_rt_tensor_t *t = &p->tensors[i];
+    if (t->persistent && t->category == category && t->bytes > 0)
+      memset(x->persist + t->offset, 0, (size_t)t->bytes);
+  }
+}
+
+/* ---- trainer_state.json ---- */
+
+static bool ck_json_count(const cJSON *j, int64_t *out) {
+  if (!cJSON_IsNumber(j)) return false;
+  double v = j->valuedouble;
+  if (!(v >= 0 && v < 9007199254740992.0) || v != floor(v)) return false;
+  *out = (int64_t)v;
+  return true;
+}
+
+static bool ck_parse_u64(const char *s, uint64_t *out) {
+  if (!*s || strlen(s) > 20) return false;
+  uint64_t v = 0;
+  for (const char *c = s; *c; c++) {
+    if (!isdigit((unsigned char)*c)) return false;
+    if (__builtin_mul_overflow(v, 10u, &v) || __builtin_add_overflow(v, (uint64_t)(*c - '0'), &v))
+      return false;
+  }
+  *out = v;
+  return true;
+}
+
+static void ck_parse_state(const cJSON *root, const char *path, xm_rt_train_state_t *st,
+                           xm_diag_t *diag) {
+  if (!cJSON_IsObject(root)) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "", "must be a JSON object");
+    return;
+  }
+  if (!ck_json_count(cJSON_GetObjectItemCaseSensitive(root, "step"), &st->step))
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "/step", "must be a non-negative integer");
+  if (!ck_json_count(cJSON_GetObjectItemCaseSensitive(root, "data_pos"), &st->data_pos))
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "/data_pos", "must be a non-negative integer");
+  const cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "rng");
+  if (!cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "/rng", "must be an array of 4 decimal strings");
+  } else {
+    int i = 0;
+    for (const cJSON *e = rng->child; e; e = e->next, i++) {
+      if (!cJSON_IsString(e) || !ck_parse_u64(e->valuestring, &st->rng[i])) {
+        char place[16];
+        snprintf(place, sizeof place, "/rng/%d", i);
+        xm_diag_add(diag, XM_DIAG_ERROR, path, place, "must be a decimal unsigned 64-bit string");
+      }
+    }
+  }
+  const cJSON *loss = cJSON_GetObjectItemCaseSensitive(root, "last_loss");
+  if (cJSON_IsNumber(loss))
+    st->last_loss = loss->valuedouble;
+  else if (!loss || cJSON_IsNull(loss))
+    st->last_loss = loss ? NAN : 0.0;
+  else
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "/last_loss", "must be a number or null");
+}
+
+static xm_status_t ck_load_state(const char *dir, xm_rt_train_state_t *st, xm_diag_t *diag) {
+  char *path = ck_join(dir, CK_STATE_FILE);
+  char *text = NULL;
+  size_t len = 0;
+  int err = xm_read_file(path, &text, &len);
+  xm_status_t s = XM_OK;
+  if (err == ENOENT) {
+    /* An exported model without training state: start from zero. */
+  } else if (err) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read: %s", strerror(err));
+    s = XM_ERR_IO;
+  } else {
+    const char *end = NULL;
+    cJSON *root = strlen(text) == len ? cJSON_ParseWithOpts(text, &end, 1) : NULL;
+    int errors = xm_diag_error_count(diag);
+    if (!root) {
+      char place[48];
+      snprintf(place, sizeof place, "offset %lld",
+               (long long)(end ? end - text : (long long)strlen(text)));
+      xm_diag_add(diag, XM_DIAG_ERROR, path, place, "invalid JSON");
+    } else {
+      ck_parse_state(root, path, st, diag);
+    }
+    cJSON_Delete(root);
+    if (xm_diag_error_count(diag) != errors) s = XM_ERR_INVALID_INPUT;
+  }
+  free(text);
+  free(path);
+  return s;
+}
+
+/* The directory to read: the target, or the complete checkpoint that an
+ * interrupted swap left beside it. Owned by the caller. */
+static xm_status_t ck_resolve(const char *dir, xm_diag_t *diag, char **out_dir) {
+  ck_paths_t p;
+  ck_paths_init(dir, &p);
+  xm_status_t s = XM_OK;
+  if (ck_is_dir(p.dir)) {
+    *out_dir = strdup(p.dir);
+  } else {
+    char *old = NULL, *fresh = NULL;
+    ck_find_interrupted(&p, &old, &fresh);
+    if (fresh || old) {
+      *out_dir = strdup(fresh ? fresh : old);
+      xm_diag_add(diag, XM_DIAG_NOTE, p.dir, NULL,
+                  "reading %s, left complete by an interrupted save", *out_dir);
+    } else {
+      xm_diag_add(diag, XM_DIAG_ERROR, p.dir, NULL, "checkpoint directory not found");
+      s = XM_ERR_INVALID_INPUT;
+    }
+    free(old), free(fresh);
+  }
+  ck_paths_free(&p);
+  return s;
+}
+
+xm_status_t xm_rt_checkpoint_load(xm_rt_exec_t *x, const char *dir, bool with_optimizer,
+                                  xm_rt_train_state_t *st, xm_diag_t *diag) {
+  /* Every rank reads the files itself (no broadcast): tensors are stored
+   * whole; a sharded program loads into its full view and
+   * runtime/io/shard_io.c copies each rank's slice out of it. */
+  memset(st, 0, sizeof *st);
+  char *path = NULL;
+  XM_RETURN_IF_ERROR(ck_resolve(dir, diag, &path));
+  ck_group_t model = {0}, optim = {0};
+  xm_rt_train_state_t loaded = {0};
+  /* Everything is checked before anything is copied: a failed load leaves
+   * the arena as it was (and *st zeroed). */
+  xm_status_t s = ck_match_model(x->program, path, diag, &model);
+  if (with_optimizer) {
+    xm_status_t so = ck_match_optimizer(x->program, path, diag, &optim);
+    if (s == XM_OK) s = so;
+  }
+  xm_status_t ss = ck_load_state(path, &loaded, diag);
+  if (s == XM_OK) s = ss;
+  if (s == XM_OK) {
+    ck_group_copy(x, &model);
+    ck_zero_category(x, XM_RT_CAT_GRADS);
+    if (with_optimizer)
+      ck_group_copy(x, &optim);
+    else
+      ck_zero_category(x, XM_RT_CAT_OPTIMIZER);
+    *st = loaded;
+  }
+  ck_group_free(&model);
+  ck_group_free(&optim);
+  free(path);
+  return s;
+}
