@@ -238,6 +238,19 @@ static const char *dw_dest(gen_t *g, const xm_ir_value_t *dw) {
   return ptr(g, xm_ir_module_op(g->m, acc)->operands[0]);
 }
 
+/* beta of a fused weight-gradient kernel: 1 adds into the grad state. */
+static const char *dw_beta(gen_t *g, const xm_ir_value_t *dw) {
+  return g->acc_of[dw->id] >= 0 ? "1.0f" : "0.0f";
+}
+
+/* "scratch, tile_rows, slots" of a fused MoE op whose scratch is result r. */
+static const char *tiling(gen_t *g, const xm_ir_op_t *op, int r) {
+  char *b = ring_buf(g);
+  snprintf(b, 128, "%s, " I64 ", " I64, ptr(g, op->results[r]),
+           xm_ir_op_get_int(op, "tile_rows", 1), xm_ir_op_get_int(op, "slots", 1));
+  return b;
+}
+
 /* ---- ops --------------------------------------------------------------- */
 
 /* Elementwise, shape and dense transformer ops; false when not one. */
@@ -407,6 +420,41 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
     EMIT("xm_k_scatter_combine_grad(%s, %s, %s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ");",
          A(0), A(1), A(2), A(3), R(0), R(1), routed_n(g, op, IN(2)), dim(IN(3), 0), dim(IN(3), 1),
          dim(IN(0), -1));
+    break;
+  case XM_OP_GATHER_GROUPED_MATMUL: /* x[T,K], indices, tpe, w[E,M,K] -> y, scratch */
+    EMIT("xm_k_gather_grouped_matmul(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ", %s);",
+         A(0), A(1), A(2), A(3), R(0), dim(IN(3), 0), dim(IN(3), 2), dim(IN(3), 1),
+         iattr(g, op, "k"), tiling(g, op, 1));
+    break;
+  case XM_OP_GROUPED_MATMUL_COMBINE: /* h[N,K], w[E,M,K], tpe, indices, weights[T,k] */
+    EMIT("xm_k_grouped_matmul_combine(%s, %s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
+         ", " I64 ", %s);",
+         A(0), A(1), A(2), A(3), A(4), R(0), dim(IN(1), 0), dim(IN(1), 2), dim(IN(1), 1),
+         dim(IN(4), 0), dim(IN(4), 1), tiling(g, op, 1));
+    break;
+  case XM_OP_GATHER_GROUPED_MATMUL_DX: /* dy[N,M], w[E,M,K], tpe, indices -> dx[T,K] */
+    EMIT("xm_k_gather_grouped_matmul_dx(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
+         ", " I64 ", %s);",
+         A(0), A(1), A(2), A(3), R(0), dim(IN(1), 0), dim(IN(1), 2), dim(IN(1), 1),
+         dim(OUT(0), 0), iattr(g, op, "k"), tiling(g, op, 1));
+    break;
+  case XM_OP_GATHER_GROUPED_MATMUL_DW: /* dy[N,M], x[T,K], indices, tpe -> dw[E,M,K] */
+    EMIT("xm_k_gather_grouped_matmul_dw(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
+         ", %s, %s);",
+         A(0), A(1), A(2), A(3), dw_dest(g, OUT(0)), dim(OUT(0), 0), dim(OUT(0), 2),
+         dim(OUT(0), 1), iattr(g, op, "k"), dw_beta(g, OUT(0)), tiling(g, op, 1));
+    break;
+  case XM_OP_GROUPED_MATMUL_COMBINE_GRAD: /* dout, h, w, tpe, indices, weights -> dh, dweights */
+    EMIT("xm_k_grouped_matmul_combine_grad(%s, %s, %s, %s, %s, %s, %s, %s, " I64 ", " I64
+         ", " I64 ", " I64 ", " I64 ", %s);",
+         A(0), A(1), A(2), A(3), A(4), A(5), R(0), R(1), dim(IN(2), 0), dim(IN(2), 2),
+         dim(IN(2), 1), dim(IN(5), 0), dim(IN(5), 1), tiling(g, op, 2));
+    break;
+  case XM_OP_GROUPED_MATMUL_COMBINE_DW: /* dout[T,M], h[N,K], indices, weights, tpe -> dw */
+    EMIT("xm_k_grouped_matmul_combine_dw(%s, %s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
+         ", %s, %s);",
+         A(0), A(1), A(2), A(3), A(4), dw_dest(g, OUT(0)), dim(OUT(0), 0), dim(OUT(0), 2),
+         dim(OUT(0), 1), dim(IN(3), 1), dw_beta(g, OUT(0)), tiling(g, op, 1));
     break;
   case XM_OP_AUX_LOSS:
     EMIT("xm_k_aux_loss(%s, %s, %s, " I64 ", " I64 ", " I64 ", %s);", A(0), A(1), R(0),
@@ -795,7 +843,10 @@ static void compute_acc_fusion(gen_t *g) {
     if (op->code != XM_OP_ACCUMULATE || op->num_operands != 2 || is_step(op)) continue;
     const xm_ir_value_t *acc = IN(0), *dw = IN(1);
     const xm_ir_op_t *def = dw->def;
-    if (!def || (def->code != XM_OP_MATMUL_DW && def->code != XM_OP_GROUPED_MATMUL_DW) ||
+    if (!def ||
+        (def->code != XM_OP_MATMUL_DW && def->code != XM_OP_GROUPED_MATMUL_DW &&
+         def->code != XM_OP_GATHER_GROUPED_MATMUL_DW &&
+         def->code != XM_OP_GROUPED_MATMUL_COMBINE_DW) ||
         dw->index != 0 || dw->num_uses != 1 || !acc->def || acc->def->code != XM_OP_STATE)
       continue;
     bool ok = acc->type.dtype == XM_DT_F32 && dw->type.dtype == XM_DT_F32 &&
@@ -991,14 +1042,6 @@ static void emit_table(gen_t *g, table_idx_t *t) {
 
 /* ---- the program object ------------------------------------------------ */
 
-static int64_t module_int(const xm_ir_module_t *m, const char *key, int64_t dflt) {
-  for (int i = 0; i < xm_ir_module_num_attrs(m); i++) {
-    const xm_ir_attr_t *a = xm_ir_module_attr(m, i);
-    if (strcmp(a->key, key) == 0 && a->kind == XM_ATTR_INT) return a->i;
-  }
-  return dflt;
-}
-
 static void emit_text_const(gen_t *g, const char *name, const char *text) {
   xm_strbuf_t s;
   xm_strbuf_init(&s);
@@ -1013,7 +1056,7 @@ static void emit_text_const(gen_t *g, const char *name, const char *text) {
 static void emit_settings(gen_t *g) {
   const xm_training_spec_t *t = &g->spec->training;
   EMIT(".vocab = " I64 ", .seq_len = " I64 ", .micro_batch = " I64 ", .grad_accum = " I64 ",",
-       g->spec->model.vocab, t->seq_len, t->micro_batch, module_int(g->m, "grad_accum", 1));
+       g->spec->model.vocab, t->seq_len, t->micro_batch, xm_ir_module_get_int(g->m, "grad_accum", 1));
   EMIT(".lr = %s, .min_lr = %s, .weight_decay = %s,", num(g, NULL, t->lr),
        num(g, NULL, t->min_lr), num(g, NULL, t->weight_decay));
   EMIT(".beta1 = %s, .beta2 = %s, .adam_eps = %s, .grad_clip = %s,", num(g, NULL, t->beta1),
@@ -1024,9 +1067,9 @@ static void emit_settings(gen_t *g) {
   const xm_ir_module_t *m = g->m;
   EMIT(".dp = " I64 ", .tp = " I64 ", .ep = " I64 ", .ssmb = " I64 ", .rbd = " I64
        ", .zero = " I64 ", .ranks_per_node = " I64 ",",
-       module_int(m, "par_dp", 1), module_int(m, "par_tp", 1), module_int(m, "par_ep", 1),
-       module_int(m, "par_ssmb", 0), module_int(m, "par_rbd", 0), module_int(m, "par_zero", 0),
-       module_int(m, "par_rpn", 0));
+       xm_ir_module_get_int(m, "par_dp", 1), xm_ir_module_get_int(m, "par_tp", 1), xm_ir_module_get_int(m, "par_ep", 1),
+       xm_ir_module_get_int(m, "par_ssmb", 0), xm_ir_module_get_int(m, "par_rbd", 0), xm_ir_module_get_int(m, "par_zero", 0),
+       xm_ir_module_get_int(m, "par_rpn", 0));
 }
 
 static void emit_program(gen_t *g, const table_idx_t *t, xm_mem_report_t *r) {
@@ -1081,7 +1124,7 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
                                  xm_strbuf_t *out) {
   xm_mem_report_t report;
   XM_RETURN_IF_ERROR(xm_plan_memory_read_report(m, diag, &report));
-  if (module_int(m, "schedule_micro_ops", -1) < 0) {
+  if (xm_ir_module_get_int(m, "schedule_micro_ops", -1) < 0) {
     xm_diag_add(diag, XM_DIAG_ERROR, NULL, NULL,
                 "the module was not scheduled (run the schedule pass before codegen)");
     return XM_ERR_INTERNAL;

@@ -283,6 +283,22 @@ void xm_ir_module_set_attr(xm_ir_module_t *m, const xm_ir_attr_t *a) {
   attrs_put(m, &m->attrs, &m->num_attrs, a);
 }
 
+const xm_ir_attr_t *xm_ir_module_find_attr(const xm_ir_module_t *m, const char *key) {
+  for (int i = 0; i < m->num_attrs; i++)
+    if (strcmp(m->attrs[i].key, key) == 0) return &m->attrs[i];
+  return NULL;
+}
+
+int64_t xm_ir_module_get_int(const xm_ir_module_t *m, const char *key, int64_t dflt) {
+  const xm_ir_attr_t *a = xm_ir_module_find_attr(m, key);
+  return a && a->kind == XM_ATTR_INT ? a->i : dflt;
+}
+
+void xm_ir_module_set_int(xm_ir_module_t *m, const char *key, int64_t v) {
+  xm_ir_attr_t a = {.key = key, .kind = XM_ATTR_INT, .i = v};
+  xm_ir_module_set_attr(m, &a);
+}
+
 void xm_ir_op_set_int(xm_ir_module_t *m, xm_ir_op_t *op, const char *key, int64_t v) {
   xm_ir_attr_t a = {.key = key, .kind = XM_ATTR_INT, .i = v};
   xm_ir_op_set_attr(m, op, &a);

@@ -155,6 +155,11 @@ int xm_ir_module_num_values(const xm_ir_module_t *m); /* ids are < this */
 /* Module-level attributes (model name, plan, ...), sorted by key. */
 int xm_ir_module_num_attrs(const xm_ir_module_t *m);
 const xm_ir_attr_t *xm_ir_module_attr(const xm_ir_module_t *m, int i);
+/* Module attribute getters by key (borrowed; `dflt` when absent or of
+ * another kind), and the setter of an int. */
+const xm_ir_attr_t *xm_ir_module_find_attr(const xm_ir_module_t *m, const char *key);
+int64_t xm_ir_module_get_int(const xm_ir_module_t *m, const char *key, int64_t dflt);
+void xm_ir_module_set_int(xm_ir_module_t *m, const char *key, int64_t v);
 
 /* Copies a string into the module arena. */
 const char *xm_ir_strdup(xm_ir_module_t *m, const char *s);

@@ -376,21 +376,16 @@ static void build_graph(builder_t *b) {
   emit(b, XM_OP_RETURN, 2, OPS(loss, ce), 0, NULL, LOC_VOCAB);
 }
 
-static void set_module_int(xm_ir_module_t *m, const char *key, int64_t v) {
-  xm_ir_attr_t a = {.key = key, .kind = XM_ATTR_INT, .i = v};
-  xm_ir_module_set_attr(m, &a);
-}
-
 static void set_module_attrs(xm_ir_module_t *m, const xm_spec_t *spec) {
   xm_ir_attr_t a = {.key = "model_type",
                     .kind = XM_ATTR_STRING,
                     .s = spec->model_type[0] ? spec->model_type : "xmoec"};
   xm_ir_module_set_attr(m, &a);
-  set_module_int(m, "micro_batch", spec->training.micro_batch);
-  set_module_int(m, "seq_len", spec->training.seq_len);
-  set_module_int(m, "layers", spec->model.layers);
-  set_module_int(m, "experts", spec->moe.experts);
-  set_module_int(m, "top_k", spec->moe.top_k);
+  xm_ir_module_set_int(m, "micro_batch", spec->training.micro_batch);
+  xm_ir_module_set_int(m, "seq_len", spec->training.seq_len);
+  xm_ir_module_set_int(m, "layers", spec->model.layers);
+  xm_ir_module_set_int(m, "experts", spec->moe.experts);
+  xm_ir_module_set_int(m, "top_k", spec->moe.top_k);
 }
 
 /* Reports every feature the spec asks for that training cannot do yet. */

@@ -70,4 +70,8 @@ void xm_ir_rule_set_result(xm_ir_type_t *out, xm_dtype_t dt, int rank, const int
  * types, prefilled with the op's own result types. */
 void xm_ir_verify_train_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out);
 
+/* The rules of the fused padding-free MoE ops (verify_fused.c), forward and
+ * backward; `out` as for xm_ir_verify_train_rule. */
+void xm_ir_verify_fused_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out);
+
 #endif /* XM_IR_VERIFY_INTERNAL_H */

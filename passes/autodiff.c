@@ -222,6 +222,60 @@ static void grad_rows(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
   contribute(a, x, b->results[0]);
 }
 
+/* The fused padding-free MoE ops (fuse-permute-gemm): their backward ops
+ * read token rows through the same slot index, so no gathered copy exists
+ * in backward either; each takes the forward op's tiling for its scratch. */
+static xm_ir_type_t scratch_type(const xm_ir_op_t *op, int64_t width) {
+  int64_t rows = xm_ir_op_get_int(op, "tile_rows", 1) * xm_ir_op_get_int(op, "slots", 1);
+  return xm_ir_type_make(XM_DT_F32, 2, (int64_t[]){rows, width});
+}
+
+static void copy_tiling(ad_t *a, xm_ir_op_t *b) {
+  copy_attr(a, b, "tile_rows");
+  copy_attr(a, b, "slots");
+}
+
+static void grad_fused(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
+  xm_ir_value_t **x = op->operands;
+  xm_ir_op_t *b;
+  if (op->code == XM_OP_GATHER_GROUPED_MATMUL) { /* tokens, indices, tpe, w */
+    xm_ir_value_t *tok = x[0], *idx = x[1], *tpe = x[2], *w = x[3];
+    xm_ir_type_t scratch = scratch_type(op, tok->type.dims[1]);
+    if (needs(a, tok)) {
+      b = emit(a, XM_OP_GATHER_GROUPED_MATMUL_DX, 4, OPS(dy, w, tpe, idx), 2,
+               (xm_ir_type_t[]){tok->type, scratch});
+      copy_attr(a, b, "k");
+      xm_ir_op_set_int(a->m, b, "tokens", tok->type.dims[0]);
+      copy_tiling(a, b);
+      contribute(a, tok, b->results[0]);
+    }
+    if (needs(a, w)) {
+      b = emit(a, XM_OP_GATHER_GROUPED_MATMUL_DW, 4, OPS(dy, tok, idx, tpe), 2,
+               (xm_ir_type_t[]){w->type, scratch});
+      copy_attr(a, b, "k");
+      copy_tiling(a, b);
+      contribute(a, w, b->results[0]);
+    }
+    return;
+  }
+  /* grouped_matmul_combine: h, w, tpe, indices, weights */
+  xm_ir_value_t *h = x[0], *w = x[1], *tpe = x[2], *idx = x[3], *rw = x[4];
+  xm_ir_type_t scratch = scratch_type(op, w->type.dims[1]);
+  if (needs(a, h) || needs(a, rw)) {
+    b = emit(a, XM_OP_GROUPED_MATMUL_COMBINE_GRAD, 6, OPS(dy, h, w, tpe, idx, rw), 3,
+             (xm_ir_type_t[]){h->type, rw->type, scratch});
+    copy_tiling(a, b);
+    contribute(a, h, b->results[0]);
+    contribute(a, rw, b->results[1]);
+  }
+  if (needs(a, w)) {
+    b = emit(a, XM_OP_GROUPED_MATMUL_COMBINE_DW, 5, OPS(dy, h, idx, rw, tpe), 2,
+             (xm_ir_type_t[]){w->type, scratch});
+    copy_tiling(a, b);
+    contribute(a, w, b->results[0]);
+  }
+}
+
 /* Router, routing and the losses. */
 static void grad_router_loss(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
   xm_ir_value_t **x = op->operands;
@@ -335,6 +389,8 @@ static xm_status_t differentiate(ad_t *a, xm_ir_op_t *op, int pos, xm_ir_value_t
   case XM_OP_GROUPED_MATMUL: grad_gemm(a, op, dy); break;
   case XM_OP_EMBEDDING:
   case XM_OP_GATHER_ROWS: grad_rows(a, op, dy); break;
+  case XM_OP_GATHER_GROUPED_MATMUL:
+  case XM_OP_GROUPED_MATMUL_COMBINE: grad_fused(a, op, dy); break;
   case XM_OP_ROUTER_SCORE:
   case XM_OP_TOPK_ROUTE:
   case XM_OP_CROSS_ENTROPY:

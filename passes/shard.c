@@ -24,13 +24,13 @@
  *    Megatron's g). Attention runs on heads/tp local heads. Shapes between
  *    the two are derived again from the operands; a reshape maps the split
  *    dim by matching the unsplit leading product.
- *  - SSMB (4.3): the router runs on all T tokens of the TP group (it is a
+ *  - SSMB: the router runs on all T tokens of the TP group (it is a
  *    [T,H]x[H,E] product; running it whole keeps the aux loss and the
  *    aux-free load exactly the 1-rank values), then the tokens, expert ids
  *    and weights are narrowed to this rank's T/tp slice, the dispatch,
  *    experts, shared experts and combine run on the slice, and the block's
  *    output is all_gathered back before it leaves the block.
- *  - Expert parallelism (4.1): expert weights [E,...] become [E/ep,...]
+ *  - Expert parallelism: expert weights [E,...] become [E/ep,...]
  *    (expert e on EP rank e / (E/ep)). After the padding-free gather, the
  *    per-expert counts are exchanged (exchange_counts), the rows go through a
  *    padding-free all_to_all and are regrouped by local expert
@@ -39,7 +39,7 @@
  *    The receive buffers hold min(ep, dispatch-bound) times the rows a rank
  *    sends (option dispatch-bound, default 4): exact up to ep 4; beyond, a
  *    rank receiving more than that stops every rank with the observed size.
- *  - RBD (4.2), when the EP group spans nodes: the gather / all_to_all pair
+ *  - RBD, when the EP group spans nodes: the gather / all_to_all pair
  *    is replaced by rbd_dispatch (pilot rows per (token, node), replicas in
  *    the node) and the combine by rbd_combine (pre-reduced per rank and per
  *    node); both run in the runtime (runtime/moe/rbd_exec.h).
@@ -536,11 +536,6 @@ static xm_status_t int_option(const xm_pass_options_t *o, const char *key, int64
   return XM_OK;
 }
 
-static void set_module_int(xm_ir_module_t *m, const char *key, int64_t v) {
-  xm_ir_attr_t a = {.key = key, .kind = XM_ATTR_INT, .i = v};
-  xm_ir_module_set_attr(m, &a);
-}
-
 static xm_status_t read_options(sh_t *s, const xm_pass_options_t *o, xm_diag_t *diag) {
   int64_t ssmb = 0, rbd = 0;
   const int64_t big = 1 << 24;
@@ -600,13 +595,13 @@ static xm_status_t shard_run(xm_ir_module_t *m, const xm_pass_options_t *options
   }
   free(s.dead);
   if (s.st == XM_OK) {
-    set_module_int(m, "par_dp", s.dp);
-    set_module_int(m, "par_tp", s.tp);
-    set_module_int(m, "par_ep", s.ep);
-    set_module_int(m, "par_ssmb", s.ssmb);
-    set_module_int(m, "par_rbd", s.rbd);
-    set_module_int(m, "par_zero", s.zero);
-    set_module_int(m, "par_rpn", s.rpn);
+    xm_ir_module_set_int(m, "par_dp", s.dp);
+    xm_ir_module_set_int(m, "par_tp", s.tp);
+    xm_ir_module_set_int(m, "par_ep", s.ep);
+    xm_ir_module_set_int(m, "par_ssmb", s.ssmb);
+    xm_ir_module_set_int(m, "par_rbd", s.rbd);
+    xm_ir_module_set_int(m, "par_zero", s.zero);
+    xm_ir_module_set_int(m, "par_rpn", s.rpn);
     char buf[64];
     const char *groups[2] = {"dp", "tp"};
     reduce_list(&s, groups, s.ssmb ? 2 : 1, buf, sizeof buf);

@@ -171,4 +171,69 @@ void xm_k_adamw(float *p, const float *g, float *m, float *v, int64_t n, float l
 /* bias[e] += gamma * sign(mean(load) - load[e]) */
 void xm_k_aux_free_update(float *bias, const int32_t *load, int64_t E, float gamma);
 
+/* ---- fused gather / combine grouped GEMMs (padding-free MoE) ------------
+ * The gather of token rows folded into the grouped GEMM that consumes it
+ * (A rows read through the slot index) and the weighted scatter-combine
+ * folded into the epilogue of the down GEMM, so that neither the [n,K]
+ * gathered copy nor the [n,M] expert output is materialised. indices and
+ * tpe come from xm_k_permute; n = sum(tpe); x, dx, out, dout have T token
+ * rows; w is [E,M,K]. Work goes in jobs of at most tile_rows rows of one
+ * expert: a job stages a tile of rows in its thread's slice of `scratch`
+ * (tile_rows * W floats at tid * tile_rows * W, W given per kernel, at most
+ * `slots` threads), then runs one GEMM on the tile. The tiles are laid
+ * from each expert's first row whatever the thread count; the kernels
+ * never allocate and never use atomics, and give the same bits on any
+ * number of threads. The unfused composition each one replaces is named
+ * after it (forward, combine and dx sum in its order). */
+
+/* scratch size in floats for `slots` threads staging tile_rows rows of
+ * `width` floats: tile_rows * slots * width (the compiler sizes the
+ * buffer with this formula). */
+int64_t xm_k_fused_scratch_floats(int64_t tile_rows, int64_t slots, int64_t width);
+/* y[i,:] = x[indices[i]/k, :] w[e(i)]^T, i < n: x[T,K] -> y[n,M]; W = K.
+ * = xm_k_gather_rows + xm_k_grouped_matmul. */
+void xm_k_gather_grouped_matmul(const float *x, const int32_t *indices, const int32_t *tpe,
+                                const float *w, float *y, int64_t E, int64_t K, int64_t M,
+                                int64_t k, float *scratch, int64_t tile_rows, int64_t slots);
+/* out[T,M] = sum over rows i of weights[indices[i]] * h[i,:] w[e(i)]^T,
+ * added into token indices[i]/k in row order; h[n,K]; tokens with no row
+ * get 0; W = M. = xm_k_grouped_matmul + xm_k_scatter_combine. */
+void xm_k_grouped_matmul_combine(const float *h, const float *w, const int32_t *tpe,
+                                 const int32_t *indices, const float *weights, float *out,
+                                 int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
+                                 float *scratch, int64_t tile_rows, int64_t slots);
+/* dx[T,K] = sum over rows i of dy[i,:] w[e(i)] added into token
+ * indices[i]/k; dy[n,M]; W = K. = xm_k_grouped_matmul_dx +
+ * xm_k_gather_rows_grad. */
+void xm_k_gather_grouped_matmul_dx(const float *dy, const float *w, const int32_t *tpe,
+                                   const int32_t *indices, float *dx, int64_t E, int64_t K,
+                                   int64_t M, int64_t T, int64_t k, float *scratch,
+                                   int64_t tile_rows, int64_t slots);
+/* dw[e] = beta dw[e] + sum over rows i of e of dy[i,:]^T x[indices[i]/k,:];
+ * beta 0 or 1: experts with no rows get zeros (0) or are left as they are
+ * (1); W = K. = xm_k_gather_rows + xm_k_grouped_matmul_dw / _dw_acc. */
+void xm_k_gather_grouped_matmul_dw(const float *dy, const float *x, const int32_t *indices,
+                                   const int32_t *tpe, float *dw, int64_t E, int64_t K,
+                                   int64_t M, int64_t k, float beta, float *scratch,
+                                   int64_t tile_rows, int64_t slots);
+/* Backward of xm_k_grouped_matmul_combine wrt h and weights, without the
+ * expert outputs: g = dout[indices[i]/k,:] w[e(i)]; dh[i,:] =
+ * weights[indices[i]] g; dweights[indices[i]] = dot(g, h[i,:]) (double
+ * sum); dweights[T*k] is overwritten, dropped slots get 0; W = M. Equals
+ * xm_k_grouped_matmul + xm_k_scatter_combine_grad (+ _grouped_matmul_dx)
+ * up to rounding. */
+void xm_k_grouped_matmul_combine_grad(const float *dout, const float *h, const float *w,
+                                      const int32_t *tpe, const int32_t *indices,
+                                      const float *weights, float *dh, float *dweights,
+                                      int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
+                                      float *scratch, int64_t tile_rows, int64_t slots);
+/* dw[e] = beta dw[e] + sum over rows i of e of
+ * (weights[indices[i]] dout[indices[i]/k,:])^T h[i,:]; beta as in
+ * xm_k_gather_grouped_matmul_dw; W = M. = xm_k_scatter_combine_grad's dy +
+ * xm_k_grouped_matmul_dw / _dw_acc. */
+void xm_k_grouped_matmul_combine_dw(const float *dout, const float *h, const int32_t *indices,
+                                    const float *weights, const int32_t *tpe, float *dw,
+                                    int64_t E, int64_t K, int64_t M, int64_t k, float beta,
+                                    float *scratch, int64_t tile_rows, int64_t slots);
+
 #endif /* XM_RUNTIME_KERNELS_H */

@@ -1,7 +1,7 @@
 /* tools/xmoec/cmd_compile.c — `xmoec compile`: a spec to a training program.
  *
  *   spec (+ cluster) -> forward graph (ir/model.c) -> the pass pipeline
- *   "[shard{...},]autodiff{...},canonicalize,plan-memory,schedule" ->
+ *   "[shard{...},]fuse-permute-gemm,autodiff{...},canonicalize,plan-memory,schedule" ->
  *   out/program.c, out/main.c, out/config.json, out/model.xir,
  *   out/manifest.json -> the system C compiler with the runtime archives ->
  *   out/train.
@@ -72,7 +72,7 @@ typedef struct {
   const char *cluster;
   const char *out_dir;
   const char *cc;
-  bool print_after_all, timing, no_build, print_flags;
+  bool print_after_all, timing, no_build, print_flags, no_fuse;
   int64_t layout_value[XM_LAYOUT_RANKS_PER_NODE + 1]; /* by xm_layout_knob_t */
   unsigned layout_given; /* bit 1 << xm_layout_knob_t per layout flag given */
   int64_t dispatch_bound; /* expert receive buffers: min(ep, this) x rows sent */
@@ -83,7 +83,7 @@ static void compile_usage(FILE *out) {
           "usage: xmoec compile MODEL.json [--cluster FILE] -o OUT [--no-build] [--cc CC]\n"
           "                     [--dp N] [--tp N] [--ep N] [--ssmb] [--rbd] [--zero N]\n"
           "                     [--ranks-per-node N] [--dispatch-bound B]\n"
-          "                     [--print-ir-after-all] [--timing]\n"
+          "                     [--no-fuse] [--print-ir-after-all] [--timing]\n"
           "       xmoec compile --print-build-flags\n"
           "\n"
           "Builds the training program of a model: forward graph, autodiff, memory\n"
@@ -96,6 +96,8 @@ static void compile_usage(FILE *out) {
           "  --cluster FILE         a cluster description checked with the spec\n"
           "  --no-build             write the sources only\n"
           "  --cc CC                C compiler (default: XMOEC_CC or the build's)\n"
+          "  --no-fuse              keep the padding-free gather and combine as separate\n"
+          "                         kernels (no fuse-permute-gemm pass; for comparison)\n"
           "  --print-ir-after-all   print the module to stderr after every pass\n"
           "  --timing               per-pass time table on stderr\n"
           "  --print-build-flags    print the compiler, flags and libraries used to\n"
@@ -122,6 +124,7 @@ static bool switch_flag(const char *arg, compile_args_t *a) {
   if (strcmp(arg, "--print-ir-after-all") == 0) a->print_after_all = true;
   else if (strcmp(arg, "--timing") == 0) a->timing = true;
   else if (strcmp(arg, "--no-build") == 0) a->no_build = true;
+  else if (strcmp(arg, "--no-fuse") == 0) a->no_fuse = true;
   else if (strcmp(arg, "--print-build-flags") == 0) a->print_flags = true;
   else return false;
   return true;
@@ -413,6 +416,8 @@ typedef struct {
   xm_layout_t layout; /* the spec's, with the flags applied; checked */
   xm_ir_module_t *m;
   xm_strbuf_t pipeline, program, main_c, config, xir;
+  int64_t fused_gathers, fused_combines; /* module attrs of fuse-permute-gemm */
+  int64_t unfused_activation_bytes;      /* the same program's arena without it */
   xm_mem_report_t mem;
   bool planned;             /* the planner chose the layout */
   xm_plan_candidate_t plan; /* what it chose */
@@ -542,29 +547,50 @@ static xm_status_t resolve_layout(compile_t *c, xm_diag_t *diag) {
   return xm_layout_check(&c->spec, &c->layout, origin, c->a.input, diag);
 }
 
-/* "[shard{...},]autodiff{...},canonicalize,plan-memory,schedule". The
- * shard pass's options are all spelled out, so the manifest records the
- * whole layout. */
-static void build_pipeline(compile_t *c) {
+/* "[shard{...},][fuse-permute-gemm,]autodiff{...},canonicalize,plan-memory,
+ * schedule". The shard pass's options are all spelled out, so the manifest
+ * records the whole layout. `fuse` false leaves the permutation unfused
+ * (--no-fuse, and the comparison build of the memory report). */
+static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
   const xm_layout_t *l = &c->layout;
   const xm_training_spec_t *t = &c->spec.training;
   if (xm_layout_world(l) > 1)
-    xm_strbuf_printf(&c->pipeline,
+    xm_strbuf_printf(out,
                      "shard{dp=%lld tp=%lld ep=%lld ssmb=%d rbd=%d zero=%d ranks-per-node=%lld "
                      "dispatch-bound=%lld},",
                      (long long)l->dp, (long long)l->tp, (long long)l->ep, l->ssmb ? 1 : 0,
                      l->rbd ? 1 : 0, l->zero, (long long)l->ranks_per_node,
                      (long long)(c->a.dispatch_bound > 0 ? c->a.dispatch_bound : 4));
-  xm_strbuf_printf(&c->pipeline, "autodiff{grad-accum=%lld aux-free-gamma=",
+  if (fuse) xm_strbuf_puts(out, "fuse-permute-gemm,");
+  xm_strbuf_printf(out, "autodiff{grad-accum=%lld aux-free-gamma=",
                    (long long)(t->global_batch / (t->micro_batch * l->dp)));
-  xm_strbuf_put_double(&c->pipeline, c->spec.moe.aux_free_gamma);
-  xm_strbuf_puts(&c->pipeline, "},canonicalize,plan-memory,schedule");
+  xm_strbuf_put_double(out, c->spec.moe.aux_free_gamma);
+  xm_strbuf_puts(out, "},canonicalize,plan-memory,schedule");
+}
+
+/* The activation arena of the same program without the fusion, for the
+ * report: the whole pipeline once more on a fresh graph. */
+static xm_status_t unfused_activations(compile_t *c, xm_diag_t *diag, int64_t *out_bytes) {
+  xm_ir_module_t *m = NULL;
+  xm_strbuf_t pipeline;
+  xm_strbuf_init(&pipeline);
+  build_pipeline(c, false, &pipeline);
+  xm_pass_manager_options_t po;
+  xm_pass_manager_options_default(&po);
+  xm_mem_report_t r;
+  xm_status_t st = xm_ir_build_model(&c->spec, c->a.input, diag, &m);
+  if (st == XM_OK) st = xm_pass_pipeline_run(m, xm_strbuf_cstr(&pipeline), &po, diag);
+  if (st == XM_OK) st = xm_plan_memory_read_report(m, diag, &r);
+  if (st == XM_OK) *out_bytes = r.activation_bytes;
+  xm_ir_module_destroy(m);
+  xm_strbuf_free(&pipeline);
+  return st;
 }
 
 /* Graph, passes and the generated texts. */
 static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
   XM_RETURN_IF_ERROR(xm_ir_build_model(&c->spec, c->a.input, diag, &c->m));
-  build_pipeline(c);
+  build_pipeline(c, !c->a.no_fuse, &c->pipeline);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
   po.print_ir_after_all = c->a.print_after_all;
@@ -572,6 +598,10 @@ static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
   po.dump = stderr;
   XM_RETURN_IF_ERROR(xm_pass_pipeline_run(c->m, xm_strbuf_cstr(&c->pipeline), &po, diag));
   XM_RETURN_IF_ERROR(xm_plan_memory_read_report(c->m, diag, &c->mem));
+  c->fused_gathers = xm_ir_module_get_int(c->m, "fused_gathers", 0);
+  c->fused_combines = xm_ir_module_get_int(c->m, "fused_combines", 0);
+  if (c->fused_gathers + c->fused_combines > 0)
+    XM_RETURN_IF_ERROR(unfused_activations(c, diag, &c->unfused_activation_bytes));
   XM_RETURN_IF_ERROR(xm_codegen_config_json(&c->spec, &c->config));
   xm_codegen_inputs_t in = {.spec_path = c->a.input,
                             .spec_text = c->spec_text,
@@ -604,6 +634,23 @@ static int write_outputs(compile_t *c) {
   xm_strbuf_free(&m);
   cJSON_free(manifest);
   return rc;
+}
+
+/* What fuse-permute-gemm folded and the activation arena it saved. */
+static void print_fusion(const compile_t *c) {
+  if (c->a.no_fuse) {
+    printf("fuse-permute-gemm: off (--no-fuse)\n");
+    return;
+  }
+  if (c->fused_gathers + c->fused_combines == 0) {
+    printf("fuse-permute-gemm: nothing to fold (the gathers and combines meet collectives)\n");
+    return;
+  }
+  const double mib = 1024.0 * 1024.0;
+  printf("fuse-permute-gemm: the gather folded into %lld grouped GEMMs, the combine into %lld; "
+         "activation arena %.2f MiB (%.2f MiB unfused)\n",
+         (long long)c->fused_gathers, (long long)c->fused_combines,
+         (double)c->mem.activation_bytes / mib, (double)c->unfused_activation_bytes / mib);
 }
 
 /* "layout: dp2 tp2 ep4 ssmb, 4 ranks (2 per node)", or "(one rank)". */
@@ -646,6 +693,7 @@ static int compile(compile_t *c) {
   xm_strbuf_init(&report);
   xm_plan_memory_print_report(&c->mem, &report);
   printf("%s\n", xm_strbuf_cstr(&report));
+  print_fusion(c);
   xm_strbuf_free(&report);
   int rc = write_outputs(c);
   if (rc || c->a.no_build) return rc;

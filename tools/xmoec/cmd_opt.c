@@ -50,9 +50,9 @@ static void opt_usage(FILE *out) {
           "\npasses:\n");
   for (int i = 0; i < xm_pass_count(); i++) {
     const xm_pass_info_t *p = xm_pass_get(i);
-    fprintf(out, "  %-16s %s\n", p->name, p->summary);
+    fprintf(out, "  %-18s %s\n", p->name, p->summary);
     for (const char *const *o = p->option_names; o && *o; o++)
-      fprintf(out, "  %-16s   option %s\n", "", *o);
+      fprintf(out, "  %-18s   option %s\n", "", *o);
   }
 }
 

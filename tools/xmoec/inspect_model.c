@@ -128,14 +128,6 @@ static cJSON *read_json_object(const char *dir, const char *name, xm_diag_t *dia
   return o;
 }
 
-static int64_t module_int(const xm_ir_module_t *m, const char *key, int64_t dflt) {
-  for (int i = 0; i < xm_ir_module_num_attrs(m); i++) {
-    const xm_ir_attr_t *a = xm_ir_module_attr(m, i);
-    if (strcmp(a->key, key) == 0 && a->kind == XM_ATTR_INT) return a->i;
-  }
-  return dflt;
-}
-
 /* OUT/model.xir: parsed, verified, planned and scheduled. */
 static xm_status_t load_module(xm_inspect_t *ins, xm_diag_t *diag) {
   char *text = NULL, *path = NULL;
@@ -152,7 +144,7 @@ static xm_status_t load_module(xm_inspect_t *ins, xm_diag_t *diag) {
                 "not a compiled program: the module has no memory plan (mem_* attributes)");
     st = XM_ERR_INVALID_INPUT;
   }
-  if (st == XM_OK && module_int(ins->m, "schedule_micro_ops", -1) < 0) {
+  if (st == XM_OK && xm_ir_module_get_int(ins->m, "schedule_micro_ops", -1) < 0) {
     xm_diag_add(diag, XM_DIAG_ERROR, path, NULL,
                 "not a compiled program: the module was not scheduled (no schedule_micro_ops)");
     st = XM_ERR_INVALID_INPUT;
@@ -260,7 +252,7 @@ static xm_status_t setup_machine(xm_inspect_t *ins, const cJSON *manifest, const
   ins->mem_bw = device ? DEVICE_MEM_BW : CPU_MEM_BW;
   /* Ranks per node: the program's, else the cluster's when it tiles the
    * world, else one node. */
-  int64_t rpn = module_int(ins->m, "par_rpn", 0);
+  int64_t rpn = xm_ir_module_get_int(ins->m, "par_rpn", 0);
   if (rpn <= 0 && device && c.ranks_per_node > 0 && ins->world % c.ranks_per_node == 0)
     rpn = c.ranks_per_node;
   if (rpn <= 0 || rpn > ins->world || ins->world % rpn != 0) rpn = ins->world;
@@ -343,7 +335,10 @@ static bool fused_accumulate(const xm_ir_op_t *op) {
   if (strcmp(xm_ir_op_get_string(op, "phase", "fwd"), "step") == 0) return false;
   const xm_ir_value_t *acc = op->operands[0], *dw = op->operands[1];
   const xm_ir_op_t *def = dw->def;
-  if (!def || (def->code != XM_OP_MATMUL_DW && def->code != XM_OP_GROUPED_MATMUL_DW) ||
+  if (!def ||
+      (def->code != XM_OP_MATMUL_DW && def->code != XM_OP_GROUPED_MATMUL_DW &&
+       def->code != XM_OP_GATHER_GROUPED_MATMUL_DW &&
+       def->code != XM_OP_GROUPED_MATMUL_COMBINE_DW) ||
       dw->index != 0 || dw->num_uses != 1 || !acc->def || acc->def->code != XM_OP_STATE)
     return false;
   if (acc->type.dtype != XM_DT_F32 || dw->type.dtype != XM_DT_F32) return false;
@@ -400,6 +395,22 @@ static void compute_cost(const ctx_t *c, xm_ins_op_t *o) {
   case XM_OP_GROUPED_MATMUL_DW: f = 2 * exp_numel(c, in[0]) * (double)dim(in[1], -1); break;
   case XM_OP_GROUPED_MATMUL: f = 2 * exp_numel(c, in[0]) * (double)dim(in[1], 1); break;
   case XM_OP_GROUPED_MATMUL_DX: f = 2 * exp_numel(c, in[0]) * (double)dim(in[1], 2); break;
+  /* The fused MoE GEMMs: the products of the unfused ones, 2 N M K, with
+   * the routed rows N taken from the operand or result that has them. */
+  case XM_OP_GATHER_GROUPED_MATMUL: /* y[N,M], x[T,K] */
+    f = 2 * exp_numel(c, op->results[0]) * (double)dim(in[0], 1);
+    break;
+  case XM_OP_GROUPED_MATMUL_COMBINE: /* h[N,K], w[E,M,K] */
+    f = 2 * exp_numel(c, in[0]) * (double)dim(in[1], 1);
+    break;
+  case XM_OP_GATHER_GROUPED_MATMUL_DX: /* dy[N,M], w[E,M,K] */
+  case XM_OP_GATHER_GROUPED_MATMUL_DW: /* dy[N,M], x[T,K] */
+    f = 2 * exp_numel(c, in[0]) * (double)dim(op->results[0], -1);
+    break;
+  case XM_OP_GROUPED_MATMUL_COMBINE_GRAD: /* dout[T,M], h[N,K] */
+  case XM_OP_GROUPED_MATMUL_COMBINE_DW:
+    f = 2 * exp_numel(c, in[1]) * (double)dim(in[0], 1);
+    break;
   case XM_OP_ATTENTION: /* causal: half of 2 B Hq S^2 (D + Dv) */
     f = (double)dim(in[0], 0) * dim(in[0], 2) * dim(in[0], 1) * dim(in[0], 1) *
         (double)(dim(in[0], 3) + dim(in[2], 3));
@@ -419,7 +430,10 @@ static void compute_cost(const ctx_t *c, xm_ins_op_t *o) {
   }
   o->gemm = op->code == XM_OP_MATMUL || op->code == XM_OP_MATMUL_DX ||
             op->code == XM_OP_MATMUL_DW || op->code == XM_OP_GROUPED_MATMUL ||
-            op->code == XM_OP_GROUPED_MATMUL_DX || op->code == XM_OP_GROUPED_MATMUL_DW;
+            op->code == XM_OP_GROUPED_MATMUL_DX || op->code == XM_OP_GROUPED_MATMUL_DW ||
+            (op->code >= XM_OP_GATHER_GROUPED_MATMUL_DX &&
+             op->code <= XM_OP_GROUPED_MATMUL_COMBINE_DW) ||
+            op->code == XM_OP_GATHER_GROUPED_MATMUL || op->code == XM_OP_GROUPED_MATMUL_COMBINE;
   o->flops = o->comm ? 0.0 : f;
   /* Bytes: operands read, results written; in-place updates (no results)
    * read and write their operands; aliased reshapes move nothing. */
@@ -730,12 +744,12 @@ xm_status_t xm_inspect_load(const char *dir, const char *cluster, xm_diag_t *dia
   if (cJSON_IsString(pipe)) snprintf(ins->pipeline, sizeof ins->pipeline, "%s", pipe->valuestring);
   const xm_ir_module_t *m = ins->m;
   snprintf(ins->model, sizeof ins->model, "%s", xm_ir_module_name(m));
-  ins->layout = (xm_layout_t){.dp = module_int(m, "par_dp", 1),
-                              .tp = module_int(m, "par_tp", 1),
-                              .ep = module_int(m, "par_ep", 1),
-                              .ssmb = module_int(m, "par_ssmb", 0) != 0,
-                              .rbd = module_int(m, "par_rbd", 0) != 0,
-                              .zero = (int)module_int(m, "par_zero", 0)};
+  ins->layout = (xm_layout_t){.dp = xm_ir_module_get_int(m, "par_dp", 1),
+                              .tp = xm_ir_module_get_int(m, "par_tp", 1),
+                              .ep = xm_ir_module_get_int(m, "par_ep", 1),
+                              .ssmb = xm_ir_module_get_int(m, "par_ssmb", 0) != 0,
+                              .rbd = xm_ir_module_get_int(m, "par_rbd", 0) != 0,
+                              .zero = (int)xm_ir_module_get_int(m, "par_zero", 0)};
   if (ins->layout.dp < 1 || ins->layout.tp < 1 || ins->layout.ep < 1 ||
       ins->layout.dp > (1 << 24) || ins->layout.tp > (1 << 24) ||
       (ins->layout.dp * ins->layout.tp) % ins->layout.ep != 0) {
@@ -747,9 +761,9 @@ xm_status_t xm_inspect_load(const char *dir, const char *cluster, xm_diag_t *dia
     return XM_ERR_INVALID_INPUT;
   }
   ins->world = ins->layout.dp * ins->layout.tp;
-  ins->grad_accum = module_int(m, "grad_accum", 1);
-  ins->micro_batch = module_int(m, "micro_batch", 0);
-  ins->seq_len = module_int(m, "seq_len", 0);
+  ins->grad_accum = xm_ir_module_get_int(m, "grad_accum", 1);
+  ins->micro_batch = xm_ir_module_get_int(m, "micro_batch", 0);
+  ins->seq_len = xm_ir_module_get_int(m, "seq_len", 0);
   if (ins->grad_accum < 1) ins->grad_accum = 1;
   st = setup_machine(ins, manifest, cluster, diag);
   cJSON_Delete(manifest);

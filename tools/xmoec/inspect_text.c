@@ -78,7 +78,7 @@ static void schedule(const xm_inspect_t *ins, xm_strbuf_t *out) {
 
 static void by_kind(const xm_inspect_t *ins, xm_strbuf_t *out) {
   P("\n== ops by kind (per rank) ==\n");
-  P("%-22s %5s %5s %5s %14s %14s\n", "kind", "fwd", "bwd", "step", "GFLOP/step", "predicted/step");
+  P("%-28s %5s %5s %5s %14s %14s\n", "kind", "fwd", "bwd", "step", "GFLOP/step", "predicted/step");
   for (int code = 0; code < XM_OP_COUNT_; code++) {
     int count[XM_INS_PHASES] = {0};
     double flops = 0, t = 0;
@@ -93,7 +93,7 @@ static void by_kind(const xm_inspect_t *ins, xm_strbuf_t *out) {
     xm_strbuf_t ts;
     xm_strbuf_init(&ts);
     xm_inspect_put_seconds(&ts, t);
-    P("%-22s %5d %5d %5d %14.3f %14s\n", xm_ir_opinfo((xm_ir_opcode_t)code)->name, count[0],
+    P("%-28s %5d %5d %5d %14.3f %14s\n", xm_ir_opinfo((xm_ir_opcode_t)code)->name, count[0],
       count[1], count[2], flops / 1e9, xm_strbuf_cstr(&ts));
     xm_strbuf_free(&ts);
   }
