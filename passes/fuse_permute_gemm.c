@@ -34,7 +34,7 @@
 #include "passes/pass.h"
 #include "passes/rewrite.h"
 
-#define DEFAULT_TILE_ROWS 64
+#define DEFAULT_TILE_ROWS 128
 #define DEFAULT_SLOTS 8
 #define MAX_TILE_ROWS 65536 /* the verifier's bounds (ir/verify_fused.c) */
 #define MAX_SLOTS 1024

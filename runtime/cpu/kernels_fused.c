@@ -91,8 +91,8 @@ typedef struct {
   const float *wts;   /* routing weights [T*k] (combine, grad, cdw) */
   const int32_t *idx; /* slot of each row */
   const int32_t *tpe;
-  float *out;         /* y, out, dx, dw, or dh (grad) */
-  float *dweights;    /* grad */
+  float *out;      /* y, out, dx, dw, or dh (grad) */
+  float *dweights; /* grad */
   float *scratch;
   int64_t E, K, M, T, k, tile, width; /* width: W, floats per staged row */
   float beta;                         /* dw, cdw */

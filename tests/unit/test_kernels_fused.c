@@ -10,24 +10,32 @@
  * single row; every token on one expert; capacity dropping (dropped slots
  * get dweights exactly 0, tokens left without any slot get exact zeros);
  * n == 0; the dw kernels with beta 1 onto a non-zero dw. Before every call
- * the scratch (allocated to exactly xm_k_fused_scratch_floats floats, so
- * that the sanitizer build sees any overrun) is filled with NaN, so a
- * kernel that reads scratch it did not write shows NaN, and the outputs are
- * filled with garbage, so one that does not overwrite them shows that.
+ * the scratch (xm_k_fused_scratch_floats floats) is filled with NaN, so a
+ * kernel that reads scratch it did not write shows NaN, and is followed by
+ * a guard of sentinel floats that must survive, so a kernel that uses more
+ * threads or rows than allowed fails; the outputs are filled with garbage,
+ * so one that does not overwrite them shows that.
  *
  * Bitwise: the forward, combine and dx kernels put every output row
  * through the same sums in the same order as the unfused composition, so
- * they must equal it bit for bit whenever OpenBLAS's GEMM of one row does
- * not depend on the other rows of its tile; the OpenBLAS of this project
- * (0.3.21) gives that, so the equality is asserted for every tile size.
- * The two dw kernels sum the rows tile by tile (GEMMs with beta 1 after the
- * first tile) and combine_grad multiplies by the routing weight after the
- * GEMM instead of before, so those three agree with the unfused path up to
- * rounding only and are checked with the tolerance. A case above the
- * kernels' parallel threshold, with OpenBLAS single-threaded as out/train
- * runs it, checks that all six give the same bits with one OpenMP thread
- * and with two (combine and dx then also cut their tiles at different
- * token boundaries), and slots 1 against slots 3.
+ * they equal it bit for bit whenever OpenBLAS rounds a row of a fused tile
+ * as in the unfused GEMM of the whole expert. OpenBLAS 0.3.21 on AVX-512
+ * cores does not always: it takes a small-matrix kernel for products below
+ * a size threshold (up to 30 rows for a [rows, 48] x [48, 40] product) and
+ * the packed one above, which round differently once K reaches about 48.
+ * At the small cases' K = 24, M = 20 both kernels give the same bits, so
+ * the equality is asserted there for every tile size; the large case
+ * (test_threads_bitwise) uses the tolerance for the forward and combine
+ * kernels. The two dw kernels sum the rows tile by
+ * tile (GEMMs with beta 1 after the first tile) and combine_grad multiplies
+ * by the routing weight after the GEMM instead of before, so those three
+ * agree with the unfused path up to rounding only and are checked with the
+ * tolerance everywhere. The kernels' own results must not depend on the
+ * thread count at all: the large case, above the parallel threshold with
+ * OpenBLAS single-threaded as out/train runs it, asserts that all six give
+ * the same bits with one OpenMP thread and with two, and with slots 1, 2
+ * and 3 (the kernels' tiles never follow thread boundaries; a version whose
+ * combine cut the tiles at its threads' token ranges failed here).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -332,7 +340,8 @@ static void scratch_refill(scratch_t *s) { fill(s->p, s->n, NAN); }
 
 static void scratch_free(scratch_t *s, const char *what) {
   for (int64_t i = 0; i < GUARD; i++)
-    if (s->p[s->n + i] != SENTINEL) fail_msg("%s wrote past its scratch (+%lld)", what, (long long)i);
+    if (s->p[s->n + i] != SENTINEL)
+      fail_msg("%s wrote past its scratch (+%lld)", what, (long long)i);
   free(s->p);
 }
 
@@ -556,9 +565,10 @@ static void check_all_bits(const prob_t *p, const outs_t *a, const outs_t *b, co
  * 600 rows make the dw kernels cut it into two slices of its M rows.
  * Reference run: 2 threads, slots 3 (a team of 2); against it 1 thread
  * (serial), slots 2 (a team of 2 whose scratch holds exactly two tiles) and
- * slots 1 (serial). Here OpenBLAS 0.3.21 (AVX-512 cores) computes a
- * [rows, 40] x [40, 48]^T product with its small-matrix kernel below about
- * 30 rows and its packed kernel above, which round differently; the unfused
+ * slots 1 (serial). Here OpenBLAS 0.3.21 (AVX-512 cores) computes the
+ * [rows, 48] x [48, 40] forward and combine products with its small-matrix
+ * kernel up to 30 rows and its packed kernel above, which round
+ * differently; the unfused
  * grouped GEMMs cut expert 0 into slices of 300 rows, the fused kernels into
  * tiles of 1, 7 or 64 with short tails, so the forward and combine results
  * are compared with the unfused ones at the tolerance only in this case.
