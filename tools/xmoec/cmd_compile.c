@@ -687,6 +687,12 @@ static int compile(compile_t *c) {
   xm_diag_print(&diag, stderr);
   xm_diag_free(&diag);
   if (st != XM_OK) return xm_status_exit_code(st);
+  if (c->spec.training.dtype != XM_DTYPE_FP32)
+    fprintf(stderr,
+            "%s: warning: /training/dtype: %s, but the generated CPU program computes in "
+            "fp32: bf16 and fp16 training are not built yet (docs/design.md, What is not "
+            "built yet); set \"dtype\": \"fp32\" to say what runs\n",
+            c->a.input, c->spec.training.dtype == XM_DTYPE_BF16 ? "bf16" : "fp16");
   print_plan(c);
   print_layout(&c->layout);
   xm_strbuf_t report;
