@@ -1056,7 +1056,8 @@ static void emit_text_const(gen_t *g, const char *name, const char *text) {
 static void emit_settings(gen_t *g) {
   const xm_training_spec_t *t = &g->spec->training;
   EMIT(".vocab = " I64 ", .seq_len = " I64 ", .micro_batch = " I64 ", .grad_accum = " I64 ",",
-       g->spec->model.vocab, t->seq_len, t->micro_batch, xm_ir_module_get_int(g->m, "grad_accum", 1));
+       g->spec->model.vocab, t->seq_len, t->micro_batch,
+       xm_ir_module_get_int(g->m, "grad_accum", 1));
   EMIT(".lr = %s, .min_lr = %s, .weight_decay = %s,", num(g, NULL, t->lr),
        num(g, NULL, t->min_lr), num(g, NULL, t->weight_decay));
   EMIT(".beta1 = %s, .beta2 = %s, .adam_eps = %s, .grad_clip = %s,", num(g, NULL, t->beta1),
@@ -1065,10 +1066,11 @@ static void emit_settings(gen_t *g) {
        "u,",
        t->warmup_steps, t->train_steps, (int)t->lr_schedule, t->seed);
   const xm_ir_module_t *m = g->m;
-  EMIT(".dp = " I64 ", .tp = " I64 ", .ep = " I64 ", .ssmb = " I64 ", .rbd = " I64
-       ", .zero = " I64 ", .ranks_per_node = " I64 ",",
-       xm_ir_module_get_int(m, "par_dp", 1), xm_ir_module_get_int(m, "par_tp", 1), xm_ir_module_get_int(m, "par_ep", 1),
-       xm_ir_module_get_int(m, "par_ssmb", 0), xm_ir_module_get_int(m, "par_rbd", 0), xm_ir_module_get_int(m, "par_zero", 0),
+  EMIT(".dp = " I64 ", .tp = " I64 ", .ep = " I64 ", .ssmb = " I64 ", .rbd = " I64 ", .zero = " I64
+       ", .ranks_per_node = " I64 ",",
+       xm_ir_module_get_int(m, "par_dp", 1), xm_ir_module_get_int(m, "par_tp", 1),
+       xm_ir_module_get_int(m, "par_ep", 1), xm_ir_module_get_int(m, "par_ssmb", 0),
+       xm_ir_module_get_int(m, "par_rbd", 0), xm_ir_module_get_int(m, "par_zero", 0),
        xm_ir_module_get_int(m, "par_rpn", 0));
 }
 

@@ -11,8 +11,8 @@
  * experts are stacked along dim 0 into one tensor per projection whose
  * name carries a literal "{e}" (the checkpoint writer expands it); this is
  * the layout grouped GEMMs and expert parallelism want. The MoE block is
- * the padding-free pipeline of docs/design.md, Padding-free token permutation (router, top-k, permute,
- * gather, grouped GEMMs, scatter-combine) on the [T,H] token matrix.
+ * the padding-free pipeline of docs/design.md, Padding-free token permutation (router, top-k,
+ * permute, gather, grouped GEMMs, scatter-combine) on the [T,H] token matrix.
  *
  * Every op of layer i carries the int attribute layer = i (params too), so
  * later passes (recompute, pipeline stages, reports) can group ops without

@@ -117,9 +117,9 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
 
 /* Expected distinct nodes a token's k experts land on when they are k
  * distinct experts chosen uniformly from E spread evenly over `nodes`:
- * nodes * (1 - C(E - E/nodes, k) / C(E, k)) (docs/design.md, Redundancy-bypassing dispatch; the runtime's
- * support/rbd_copies.h, shared with the runtime). RBD sends one
- * pilot row per such node instead of k rows. */
+ * nodes * (1 - C(E - E/nodes, k) / C(E, k)) (docs/design.md, Redundancy-bypassing dispatch; the
+ * runtime's support/rbd_copies.h, shared with the runtime). RBD sends one pilot row per such node
+ * instead of k rows. */
 static inline double xm_cost_rbd_expected_copies(int64_t experts, int64_t top_k, int64_t nodes) {
   return xm_rbd_expected_copies(experts, top_k, nodes);
 }

@@ -1,7 +1,7 @@
 /* support/rbd_copies.h — the expected number of distinct nodes a token's
- * top-k experts land on under uniform routing (docs/design.md, Redundancy-bypassing dispatch), shared by
- * the runtime's RBD planner (runtime/moe/rbd.h) and the cost model
- * (planner/cost.h), which cannot link each other. */
+ * top-k experts land on under uniform routing (docs/design.md, Redundancy-bypassing dispatch),
+ * shared by the runtime's RBD planner (runtime/moe/rbd.h) and the cost model (planner/cost.h),
+ * which cannot link each other. */
 #ifndef XM_SUPPORT_RBD_COPIES_H
 #define XM_SUPPORT_RBD_COPIES_H
 

@@ -30,7 +30,12 @@ typedef enum {
 } xm_rt_category_t;
 
 typedef enum { XM_RT_F32 = 0, XM_RT_I32 = 1 } xm_rt_dtype_t;
-typedef enum { XM_RT_INIT_NONE = 0, XM_RT_INIT_NORMAL, XM_RT_INIT_ONES, XM_RT_INIT_ZEROS } xm_rt_init_t;
+typedef enum {
+  XM_RT_INIT_NONE = 0,
+  XM_RT_INIT_NORMAL,
+  XM_RT_INIT_ONES,
+  XM_RT_INIT_ZEROS
+} xm_rt_init_t;
 
 typedef struct {
   const char *name;     /* params: HF name, "{e}" marks a stacked expert dim 0;
@@ -103,8 +108,8 @@ struct xm_rt_exec {
   float beta1, beta2, adam_eps, weight_decay, grad_clip;
   float grad_scale;           /* set by the step function: the clip coefficient */
   double grad_norm;           /* set by the step function: global norm before clipping */
-  void *comm;                 /* xm_rt_comm_t * (runtime/comm/comm.h) of a multi-rank run, else NULL */
-  void *rbd;                  /* RBD routing records between forward and backward (runtime/moe/rbd_exec.h) */
+  void *comm; /* xm_rt_comm_t * (runtime/comm/comm.h) of a multi-rank run, else NULL */
+  void *rbd;  /* RBD routing records between forward and backward (runtime/moe/rbd_exec.h) */
   /* The op-timeline recorder (xm_rt_trace_t *, runtime/driver/trace.h) while a
    * step traced by `out/train --trace` runs, else NULL: the hooks of the
    * generated code test it and do nothing else when it is NULL. */

@@ -113,8 +113,9 @@ static void put_peers(const int64_t *all, int world, xm_strbuf_t *b) {
     for (int i = 0; i < world; i++) {
       xm_strbuf_puts(b, i ? ",[" : "[");
       for (int j = 0; j < world; j++)
-        xm_strbuf_printf(b, "%s%" PRId64, j ? "," : "",
-                         all[((size_t)i * XM_RT_PHASE_COUNT + (size_t)p) * (size_t)world + (size_t)j]);
+        xm_strbuf_printf(
+            b, "%s%" PRId64, j ? "," : "",
+            all[((size_t)i * XM_RT_PHASE_COUNT + (size_t)p) * (size_t)world + (size_t)j]);
       xm_strbuf_puts(b, "]");
     }
     xm_strbuf_puts(b, "]");

@@ -140,13 +140,12 @@ void xm_k_scatter_combine(const float *y, const int32_t *indices, const float *w
 void xm_k_scatter_combine_grad(const float *dout, const float *y, const int32_t *indices,
                                const float *weights, float *dy, float *dweights, int64_t n,
                                int64_t T, int64_t k, int64_t H);
-/* Expert parallelism (docs/design.md, Padding-free token permutation): x holds rows in (member p, local
- * expert l) order, counts[p*L + l] rows per block, as an all-to-all
- * delivers them; sort_chunks writes them to y in (l, p) order (all rows of
- * local expert 0 from member 0, then from member 1, ..., then expert 1),
- * the order the grouped GEMMs read; unsort_chunks is the inverse (x in
- * (l, p) order, y in (p, l) order). width floats per row; x and y must not
- * overlap; only the sum(counts) rows are touched. */
+/* Expert parallelism (docs/design.md, Padding-free token permutation): x holds rows in (member p,
+ * local expert l) order, counts[p*L + l] rows per block, as an all-to-all delivers them;
+ * sort_chunks writes them to y in (l, p) order (all rows of local expert 0 from member 0, then from
+ * member 1, ..., then expert 1), the order the grouped GEMMs read; unsort_chunks is the inverse (x
+ * in (l, p) order, y in (p, l) order). width floats per row; x and y must not overlap; only the
+ * sum(counts) rows are touched. */
 void xm_k_sort_chunks(const float *x, const int32_t *counts, int64_t P, int64_t L, int64_t width,
                       float *y);
 void xm_k_unsort_chunks(const float *x, const int32_t *counts, int64_t P, int64_t L,

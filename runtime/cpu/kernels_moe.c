@@ -1,7 +1,7 @@
 /* runtime/cpu/kernels_moe.c — router and padding-free MoE kernels (fp32).
  *
- * The MoE block of docs/design.md, Model semantics and Padding-free token permutation on the CPU: scoring, group-limited
- * top-k routing, the padding-free permutation (a stable counting sort of the
+ * The MoE block of docs/design.md, Model semantics and Padding-free token permutation on the CPU:
+ * scoring, group-limited top-k routing, the padding-free permutation (a stable counting sort of the
  * T*k token slots by expert, optionally dropping the lowest-weight slots of
  * an expert over capacity), the row gather into the expert-sorted buffer,
  * grouped GEMMs over the variable-size expert groups and the weighted

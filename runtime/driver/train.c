@@ -680,7 +680,8 @@ static xm_status_t report_traffic(trainer_t *t, int64_t s, FILE *matrix) {
     MPI_Reduce(t->ctx.rank == 0 ? MPI_IN_PLACE : v, v, 2, MPI_INT64_T, MPI_SUM, 0,
                t->ctx.world_comm);
     if (t->ctx.rank == 0 && json.len)
-      xm_strbuf_printf(&json, ",\"rbd\":{\"inter_rows\":%" PRId64 ",\"flat_inter_rows\":%" PRId64 "}",
+      xm_strbuf_printf(&json,
+                       ",\"rbd\":{\"inter_rows\":%" PRId64 ",\"flat_inter_rows\":%" PRId64 "}",
                        v[0], v[1]);
   }
   free(t->last_traffic);
