@@ -527,7 +527,7 @@ static void emit_copy_unless_aliased(gen_t *g, const xm_ir_op_t *op) {
   xm_mem_place_t a, b;
   if (xm_plan_memory_place(op, 0, &a) && xm_plan_memory_place(IN(0)->def, IN(0)->index, &b) &&
       (a.arena != b.arena || a.offset != b.offset))
-    EMIT("memcpy(%s, %s, (size_t)(%s) * %zu);", R(0), A(0), count(g, OUT(0)),
+    EMIT("xm_rt_copy(x, %s, %s, (int64_t)(%s) * %zu);", R(0), A(0), count(g, OUT(0)),
          xm_dtype_size(OUT(0)->type.dtype));
   else
     EMIT("/* aliased: no code */");
@@ -726,7 +726,7 @@ static bool emit_train(gen_t *g, const xm_ir_op_t *op) {
          fattr(g, op, "gamma"));
     break;
   case XM_OP_ZERO:
-    EMIT("memset(%s, 0, " I64 ");", A(0),
+    EMIT("xm_rt_zero(x, %s, " I64 ");", A(0),
          numel(IN(0)) * (int64_t)xm_dtype_size(IN(0)->type.dtype));
     break;
   default: return false;
@@ -742,15 +742,15 @@ static bool emit_structure(gen_t *g, const xm_ir_op_t *op) {
   case XM_OP_RETURN: EMIT("/* the losses stay in place: xm_program.loss, .ce_loss */"); break;
   case XM_OP_CONSTANT:
     if (OUT(0)->type.dtype == XM_DT_I32)
-      EMIT("for (int64_t i = 0; i < " I64 "; i++) (%s)[i] = (int32_t)%s;", numel(OUT(0)), R(0),
-           fattr(g, op, "value"));
+      EMIT("xm_rt_fill_i32(x, %s, (int32_t)%s, " I64 ");", R(0), fattr(g, op, "value"),
+           numel(OUT(0)));
     else
       EMIT("xm_k_fill(%s, " I64 ", %s);", R(0), numel(OUT(0)), fattr(g, op, "value"));
     break;
   case XM_OP_RESHAPE:
     if (xm_plan_memory_place(op, 0, &a) && xm_plan_memory_place(IN(0)->def, IN(0)->index, &b) &&
         (a.arena != b.arena || a.offset != b.offset))
-      EMIT("memcpy(%s, %s, " I64 ");", R(0), A(0),
+      EMIT("xm_rt_copy(x, %s, %s, " I64 ");", R(0), A(0),
            numel(OUT(0)) * (int64_t)xm_dtype_size(OUT(0)->type.dtype));
     else
       EMIT("/* aliased: no code */");

@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "runtime/abi/backend.h"
 
 /* Memory categories of the peak report: weights, gradients,
  * optimizer states, activations, workspace (+ inputs). */
@@ -100,8 +101,17 @@ typedef struct {
 struct xm_rt_exec {
   const xm_rt_program_t *program;
   const xm_rt_context_t *ctx;
-  unsigned char *persist;     /* persistent arena */
-  unsigned char *act;         /* activation arena */
+  /* The backend that owns the arenas and runs the kernels, and the stream
+   * the schedule is queued on (runtime/abi/backend.h). */
+  xm_rt_backend_t *be;
+  xm_rt_stream_t *stream;
+  unsigned char *persist;     /* persistent arena (device memory) */
+  unsigned char *act;         /* activation arena (device memory) */
+  /* The host image of the persistent arena that initialisation and
+   * checkpoints read and write: persist itself on a host-visible backend,
+   * else a host copy the driver moves with copy_h2d / copy_d2h at the
+   * edges (after initialisation or a load, before a save). */
+  unsigned char *persist_host;
   float lr;                   /* learning rate of the current step */
   int64_t step;               /* 1-based optimizer step being taken */
   /* optimizer settings in force (program defaults or out/train flags) */
@@ -115,6 +125,22 @@ struct xm_rt_exec {
    * generated code test it and do nothing else when it is NULL. */
   void *trace;
 };
+
+/* Arena access from generated code and the driver, queued on the exec's
+ * stream: a copy between device buffers, zeroing, a 32-bit fill, and the
+ * explicit host read (blocking) of a device value. */
+static inline void xm_rt_copy(const xm_rt_exec_t *x, void *dst, const void *src, int64_t bytes) {
+  x->be->copy_d2d(x->be, dst, src, (size_t)bytes, x->stream);
+}
+static inline void xm_rt_zero(const xm_rt_exec_t *x, void *dst, int64_t bytes) {
+  x->be->fill32(x->be, dst, 0u, (size_t)bytes / 4u, x->stream);
+}
+static inline void xm_rt_fill_i32(const xm_rt_exec_t *x, int32_t *dst, int32_t v, int64_t n) {
+  x->be->fill32(x->be, dst, (uint32_t)v, (size_t)n, x->stream);
+}
+static inline void xm_rt_read(const xm_rt_exec_t *x, void *host, const void *dev, int64_t bytes) {
+  x->be->read(x->be, host, dev, (size_t)bytes, x->stream);
+}
 
 /* The program a generated out/program.c defines. */
 extern const xm_rt_program_t xm_program;

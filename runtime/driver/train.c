@@ -34,10 +34,8 @@
  * writes the Chrome/Perfetto JSON that `xmoec inspect --format trace`
  * predicts (docs/inspect.md).
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "runtime/driver/train.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -71,6 +69,8 @@ typedef struct {
   xm_rt_data_t *data;
   xm_diag_t warnings; /* printed by rank 0 once MPI is up */
   char *resume_path;  /* the resolved step directory; owned */
+  xm_rt_backend_t *be;  /* the linked backend (xm_rt_backend_default) */
+  int32_t *inputs_host; /* staging of tokens then labels for fill_inputs; owned */
   xm_rt_rng_t rng;    /* run stream, saved in checkpoints */
   int64_t step;       /* optimizer steps completed */
   int64_t data_pos;   /* next training window (before wrapping) */
@@ -248,48 +248,56 @@ static xm_status_t agree(const trainer_t *t, xm_status_t st) {
   return (xm_status_t)global;
 }
 
-static int ranks_on_this_machine(const trainer_t *t) {
+/* This rank's index among the ranks of its machine, and their number. */
+static void local_ranks(const trainer_t *t, int *index, int *count) {
   MPI_Comm shared;
-  int n = 1;
+  *index = 0;
+  *count = 1;
   if (MPI_Comm_split_type(t->ctx.world_comm, MPI_COMM_TYPE_SHARED, t->ctx.rank, MPI_INFO_NULL,
                           &shared) == MPI_SUCCESS) {
-    MPI_Comm_size(shared, &n);
+    MPI_Comm_rank(shared, index);
+    MPI_Comm_size(shared, count);
     MPI_Comm_free(&shared);
   }
-  return n;
 }
 
-/* Default threads per rank: the cores of this machine divided among its
- * ranks, bounded by the cores the launcher bound the rank to; the user's
- * OMP_NUM_THREADS wins when set. That OpenMP team is the only thread pool:
- * libxmrt cuts every GEMM over it and runs OpenBLAS single-threaded inside
- * (runtime/cpu/kernels_dense.c), whatever OPENBLAS_NUM_THREADS says, because
- * two pools on the same cores hand the cores back and forth at every switch
- * between a GEMM and an elementwise kernel (docs/benchmarks.md, "Training
- * step profile"; the wait policy is maybe_reexec's). */
-static int setup_threads(const trainer_t *t) {
-  cpu_set_t set;
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  int avail = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)online;
-  int n = (int)(online / ranks_on_this_machine(t));
-  if (avail < n) n = avail;
-  if (n < 1) n = 1;
-  if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(n);
-  openblas_set_num_threads(1);
-  return omp_get_max_threads();
+/* The backend the program was linked with, prepared for this rank (the
+ * CPU backend's thread policy, a GPU backend's device choice). */
+static xm_status_t setup_backend(trainer_t *t, int *threads) {
+  int index, count;
+  local_ranks(t, &index, &count);
+  t->be = xm_rt_backend_default();
+  char err[256] = "";
+  *threads = 1;
+  if (t->be->init && t->be->init(t->be, index, count, threads, err, sizeof err) != 0) {
+    fprintf(stderr, "%s: rank %d: error: the %s backend cannot start: %s\n", t->prog, t->ctx.rank,
+            t->be->name, err[0] ? err : "no reason given");
+    return XM_ERR_INTERNAL; /* exit 1: the machine, not the input */
+  }
+  return XM_OK;
 }
 
-static unsigned char *arena_alloc(int64_t bytes) {
-  size_t size = (size_t)((bytes + 63) / 64 * 64);
-  if (size == 0) size = 64;
-  unsigned char *p = aligned_alloc(64, size);
-  if (p) memset(p, 0, size);
-  return p;
-}
-
+/* Device address of tensor i (runtime/abi/backend.h: never dereferenced
+ * here; copies and fills go through the backend). */
 static unsigned char *tensor_ptr(const trainer_t *t, int i) {
   const xm_rt_tensor_t *d = &t->p->tensors[i];
   return (d->persistent ? t->x.persist : t->x.act) + d->offset;
+}
+
+/* The host image of the persistent arena to the device and back: after
+ * initialisation and loads, before saves. Nothing to move when the image
+ * is the arena (a host-visible backend). */
+static void persist_upload(trainer_t *t) {
+  xm_rt_exec_t *x = &t->x;
+  if (x->persist_host != x->persist)
+    x->be->copy_h2d(x->be, x->persist, x->persist_host, (size_t)t->p->persistent_bytes, x->stream);
+  x->be->sync(x->be, x->stream);
+}
+
+static void persist_download(trainer_t *t) {
+  xm_rt_exec_t *x = &t->x;
+  if (x->persist_host != x->persist)
+    x->be->read(x->be, x->persist_host, x->persist, (size_t)t->p->persistent_bytes, x->stream);
 }
 
 static xm_status_t setup_exec(trainer_t *t) {
@@ -298,9 +306,13 @@ static xm_status_t setup_exec(trainer_t *t) {
   memset(x, 0, sizeof *x);
   x->program = p;
   x->ctx = &t->ctx;
-  x->persist = arena_alloc(p->persistent_bytes);
-  x->act = arena_alloc(p->activation_bytes);
-  if (!x->persist || !x->act) {
+  x->be = t->be;
+  x->stream = x->be->stream_create(x->be);
+  x->persist = x->be->alloc(x->be, (size_t)p->persistent_bytes);
+  x->act = x->be->alloc(x->be, (size_t)p->activation_bytes);
+  x->persist_host = x->be->host_visible ? x->persist : calloc(1, (size_t)p->persistent_bytes + 1);
+  t->inputs_host = calloc((size_t)(2 * p->micro_batch * p->seq_len) + 1, sizeof(int32_t));
+  if (!x->stream || !x->persist || !x->act || !x->persist_host || !t->inputs_host) {
     fprintf(stderr, "%s: rank %d: cannot allocate the arenas (%" PRId64 " + %" PRId64 " bytes)\n",
             t->prog, t->ctx.rank, p->persistent_bytes, p->activation_bytes);
     return XM_ERR_NO_MEMORY;
@@ -361,7 +373,9 @@ static xm_status_t setup_comm(trainer_t *t) {
 static xm_status_t init_params(trainer_t *t) {
   xm_diag_t diag;
   xm_diag_init(&diag);
-  xm_status_t st = xm_rt_shard_init_params(t->p, &t->coords, t->o.seed, t->x.persist, &diag);
+  xm_status_t st =
+      xm_rt_shard_init_params(t->p, &t->coords, t->o.seed, t->x.persist_host, &diag);
+  if (st == XM_OK) persist_upload(t);
   if (st != XM_OK) xm_diag_print(&diag, stderr);
   xm_diag_free(&diag);
   xm_rt_rng_seed_named(&t->rng, t->o.seed, "train");
@@ -438,6 +452,7 @@ static xm_status_t save_checkpoint(trainer_t *t) {
   xm_diag_t diag;
   xm_diag_init(&diag);
   /* Collective: whole tensors gathered to rank 0, which writes them. */
+  persist_download(t);
   st = xm_rt_shard_checkpoint_save(&t->x, t->comm, t->sharded ? &t->view : NULL, path, &ts, true,
                                    &diag);
   if (diag.count) xm_diag_print(&diag, stderr);
@@ -468,6 +483,7 @@ static xm_status_t load_checkpoint(trainer_t *t) {
   if (t->ctx.rank == 0 || xm_diag_error_count(&diag) > 0) xm_diag_print(&diag, stderr);
   xm_diag_free(&diag);
   XM_RETURN_IF_ERROR(st);
+  persist_upload(t);
   if (ts.step < 0 || ts.data_pos < 0) {
     fprintf(stderr,
             "%s: error: %s: bad trainer state (step %" PRId64 ", data position %" PRId64 ")\n",
@@ -484,19 +500,24 @@ static xm_status_t load_checkpoint(trainer_t *t) {
 /* ---- micro-batches ---------------------------------------------------------- */
 
 /* Row b of the micro-batch gets window first + b (modulo the split). */
+/* The windows are cut on the host, then copied to the input tensors. */
 static void fill_inputs(trainer_t *t, int eval, int64_t first) {
   const xm_rt_program_t *p = t->p;
-  int32_t *tok = (int32_t *)tensor_ptr(t, p->tokens);
-  int32_t *lab = (int32_t *)tensor_ptr(t, p->labels);
+  int64_t n = p->micro_batch * p->seq_len;
+  int32_t *tok = t->inputs_host, *lab = t->inputs_host + n;
   int64_t avail = eval ? xm_rt_data_eval_windows(t->data) : xm_rt_data_train_windows(t->data);
   for (int64_t b = 0; b < p->micro_batch; b++)
     xm_rt_data_window(t->data, eval, (first + b) % avail, tok + b * p->seq_len,
                       lab + b * p->seq_len);
+  xm_rt_exec_t *x = &t->x;
+  x->be->copy_h2d(x->be, tensor_ptr(t, p->tokens), tok, (size_t)n * sizeof *tok, x->stream);
+  x->be->copy_h2d(x->be, tensor_ptr(t, p->labels), lab, (size_t)n * sizeof *lab, x->stream);
 }
 
+/* The loss values micro leaves on the device: the explicit host read. */
 static float read_f32(const trainer_t *t, int i) {
   float v;
-  memcpy(&v, tensor_ptr(t, i), sizeof v);
+  xm_rt_read(&t->x, &v, tensor_ptr(t, i), sizeof v);
   return v;
 }
 
@@ -510,7 +531,7 @@ static void zero_accumulators(trainer_t *t) {
     const char *dot = d->name ? strrchr(d->name, '.') : NULL;
     int acc = d->category == XM_RT_CAT_GRADS ||
               (d->param >= 0 && dot && (strcmp(dot, ".grad") == 0 || strcmp(dot, ".load") == 0));
-    if (acc && d->persistent) memset(tensor_ptr(t, i), 0, (size_t)d->bytes);
+    if (acc && d->persistent) xm_rt_zero(&t->x, tensor_ptr(t, i), d->bytes);
   }
 }
 
@@ -875,7 +896,8 @@ static void print_banner(const trainer_t *t, int threads) {
 }
 
 static xm_status_t run(trainer_t *t) {
-  int threads = setup_threads(t);
+  int threads = 1;
+  XM_RETURN_IF_ERROR(agree(t, setup_backend(t, &threads)));
   if (t->ctx.rank == 0) xm_diag_print(&t->warnings, stderr);
   XM_RETURN_IF_ERROR(setup_comm(t));
   XM_RETURN_IF_ERROR(agree(t, setup_exec(t)));
@@ -900,8 +922,13 @@ static xm_status_t run(trainer_t *t) {
 }
 
 static void cleanup(trainer_t *t) {
-  free(t->x.persist);
-  free(t->x.act);
+  free(t->inputs_host);
+  if (t->x.be) {
+    if (t->x.persist_host != t->x.persist) free(t->x.persist_host);
+    t->x.be->free(t->x.be, t->x.persist);
+    t->x.be->free(t->x.be, t->x.act);
+    if (t->x.stream) t->x.be->stream_destroy(t->x.be, t->x.stream);
+  }
   xm_rt_data_close(t->data);
   xm_diag_free(&t->warnings);
   free(t->resume_path);

@@ -161,8 +161,10 @@ static ck_item_t *ck_find_item(const ck_list_t *l, const char *name) {
 }
 
 static xm_st_entry_t ck_entry(const xm_rt_exec_t *x, const ck_item_t *it) {
-  xm_st_entry_t e = {
-      .name = it->name, .dtype = it->dtype, .rank = it->rank, .data = x->persist + it->offset};
+  xm_st_entry_t e = {.name = it->name,
+                     .dtype = it->dtype,
+                     .rank = it->rank,
+                     .data = x->persist_host + it->offset};
   memcpy(e.dims, it->dims, sizeof e.dims);
   return e;
 }
@@ -776,7 +778,7 @@ static void ck_group_copy(xm_rt_exec_t *x, const ck_group_t *g) {
   for (int i = 0; i < g->items.count; i++) {
     const ck_item_t *it = &g->items.items[i];
     const xm_st_tensor_t *t = xm_st_find(&g->files.files[it->file].st, it->name);
-    if (it->bytes) memcpy(x->persist + it->offset, t->data, (size_t)it->bytes);
+    if (it->bytes) memcpy(x->persist_host + it->offset, t->data, (size_t)it->bytes);
   }
 }
 
@@ -840,7 +842,7 @@ static void ck_zero_category(xm_rt_exec_t *x, int category) {
   for (int i = 0; i < p->num_tensors; i++) {
     const xm_rt_tensor_t *t = &p->tensors[i];
     if (t->persistent && t->category == category && t->bytes > 0)
-      memset(x->persist + t->offset, 0, (size_t)t->bytes);
+      memset(x->persist_host + t->offset, 0, (size_t)t->bytes);
   }
 }
 

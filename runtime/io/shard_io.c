@@ -536,7 +536,7 @@ xm_status_t xm_rt_shard_gather(const xm_rt_exec_t *x, const xm_rt_comm_t *c,
      * every rank makes the other ranks' pieces valid too. */
     st = designate(p, i, rc, world, pieces, sender, diag);
     if (st != XM_OK) xm_rt_abort(c->ctx, 1, "checkpoint gather: %s", xm_status_name(st));
-    const unsigned char *mine = x->persist + t->offset;
+    const unsigned char *mine = x->persist_host + t->offset;
     if (me != 0) {
       if (sender[me] == me) send_bytes(mine, (pieces[me].hi - pieces[me].lo) * 4, comm);
       continue;
@@ -577,7 +577,7 @@ xm_status_t xm_rt_shard_scatter(xm_rt_exec_t *x, const xm_rt_rank_coords_t *rc,
     if (!is_stored(t)) continue;
     xm_rt_piece_t pc;
     XM_RETURN_IF_ERROR(xm_rt_piece_of(p, i, rc, diag, &pc));
-    xm_rt_piece_from_full(&pc, full + v->tensors[i].offset, x->persist + t->offset, 4);
+    xm_rt_piece_from_full(&pc, full + v->tensors[i].offset, x->persist_host + t->offset, 4);
   }
   return XM_OK;
 }
@@ -618,6 +618,7 @@ xm_status_t xm_rt_shard_checkpoint_save(const xm_rt_exec_t *x, const xm_rt_comm_
     xm_rt_exec_t fx = *x;
     fx.program = &v->program;
     fx.persist = full;
+    fx.persist_host = full;
     fx.act = NULL;
     s = xm_rt_checkpoint_save(&fx, dir, st, with_optimizer, diag);
   }
@@ -630,7 +631,7 @@ static void zero_grads(xm_rt_exec_t *x) {
   for (int i = 0; i < p->num_tensors; i++) {
     const xm_rt_tensor_t *t = &p->tensors[i];
     if (t->persistent && t->category == XM_RT_CAT_GRADS && t->bytes > 0)
-      memset(x->persist + t->offset, 0, (size_t)t->bytes);
+      memset(x->persist_host + t->offset, 0, (size_t)t->bytes);
   }
 }
 
@@ -655,6 +656,7 @@ xm_status_t xm_rt_shard_checkpoint_load(xm_rt_exec_t *x, const xm_rt_comm_t *c,
     xm_rt_exec_t fx = *x;
     fx.program = &v->program;
     fx.persist = full;
+    fx.persist_host = full;
     fx.act = NULL;
     s = xm_rt_checkpoint_load(&fx, dir, with_optimizer, &loaded, diag);
   }

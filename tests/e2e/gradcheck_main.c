@@ -305,6 +305,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   h.x.program = h.p;
+  h.x.be = xm_rt_cpu_backend();
+  h.x.stream = h.x.be->stream_create(h.x.be);
   h.x.persist = arena(h.p->persistent_bytes);
   h.x.act = arena(h.p->activation_bytes);
   h.x.grad_scale = 1.0f;

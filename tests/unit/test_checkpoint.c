@@ -107,6 +107,7 @@ static xm_rt_exec_t *exec_new(uint32_t seed) {
   x->program = &g_program;
   x->ctx = &g_ctx;
   x->persist = malloc((size_t)g_program.persistent_bytes);
+  x->persist_host = x->persist;
   x->beta1 = 0.9f, x->beta2 = 0.95f, x->adam_eps = 1e-8f, x->lr = 1e-4f;
   uint32_t s = seed * 2654435761u + 12345u;
   for (int64_t i = 0; i < g_program.persistent_bytes; i += 4) {

@@ -645,7 +645,7 @@ static void test_program_spmd(void **state) {
   if (strcmp(p0, r0) == 0)
     assert_op_has(text, m, rp, "/* aliased: no code */");
   else
-    assert_op_has(text, m, rp, "memcpy(%s, %s, (size_t)(32) * 4);", r0, p0);
+    assert_op_has(text, m, rp, "xm_rt_copy(x, %s, %s, (int64_t)(32) * 4);", r0, p0);
 
   /* The step: state reductions, ZeRO-1 reduce-scatter, the norm from
    * partial sums, chunked and whole adamw, the gathers. */

@@ -322,6 +322,7 @@ static void run_open(run_t *r, const xm_rt_context_t *ctx, lay_t lay) {
   r->x.program = &r->T.p;
   r->x.ctx = ctx;
   r->x.persist = r->arena;
+  r->x.persist_host = r->arena;
   r->x.comm = r->comm;
   r->x.lr = 1e-3f;
   r->x.beta1 = 0.9f, r->x.beta2 = 0.95f, r->x.adam_eps = 1e-8f;
@@ -493,7 +494,8 @@ static void check_checkpoints(const xm_rt_context_t *ctx) {
     xm_rt_rank_coords(NULL, 0, &rc);
     unsigned char *arena = calloc(1, (size_t)one.p.persistent_bytes);
     fill_pieces(&one, &rc, arena);
-    xm_rt_exec_t x = {.program = &one.p, .ctx = ctx, .persist = arena, .lr = 1e-3f};
+    xm_rt_exec_t x = {.program = &one.p, .ctx = ctx, .persist = arena, .persist_host = arena,
+                      .lr = 1e-3f};
     xm_rt_train_state_t ts = {.step = 3, .data_pos = 120, .rng = {1, 2, 3, 4}};
     xm_diag_t diag;
     xm_diag_init(&diag);
