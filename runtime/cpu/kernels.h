@@ -22,6 +22,8 @@
 
 #include <stdint.h>
 
+#include "runtime/abi/kernels.h" /* xm_bf16_t */
+
 /* Scoring functions (same numbering as frontend xm_scoring_t). */
 enum { XM_K_SOFTMAX = 0, XM_K_SIGMOID = 1 };
 
@@ -234,5 +236,31 @@ void xm_k_grouped_matmul_combine_dw(const float *dout, const float *h, const int
                                     const float *weights, const int32_t *tpe, float *dw,
                                     int64_t E, int64_t K, int64_t M, int64_t k, float beta,
                                     float *scratch, int64_t tile_rows, int64_t slots);
+
+/* ---- bf16 mixed precision (docs/design.md, Mixed precision) ------------
+ * bf16 tensors are raw 16-bit words (runtime/abi/bf16.h). The GEMMs read
+ * bf16 operands and accumulate in f32; forward and input-gradient GEMMs
+ * write bf16 (rounded to nearest even), weight-gradient GEMMs write f32 as
+ * dw = beta * dw + product (beta 0 or 1, as the fused kernels' beta), so
+ * they add into the f32 gradient state. Shapes and layouts as the f32
+ * kernels of the same name; `ws` is the op's workspace from the memory
+ * plan, xm_bf16_gemm_ws_floats(rows, K, N, widen_w) floats (rows the bound
+ * of the routed rows for the grouped ones). */
+
+void xm_k_cast_f32_bf16(const float *x, xm_bf16_t *y, int64_t n);
+void xm_k_cast_bf16_f32(const xm_bf16_t *x, float *y, int64_t n);
+void xm_k_matmul_bf16(const xm_bf16_t *x, const xm_bf16_t *w, xm_bf16_t *y, int64_t M, int64_t K,
+                      int64_t N, float *ws);
+void xm_k_matmul_dx_bf16(const xm_bf16_t *dy, const xm_bf16_t *w, xm_bf16_t *dx, int64_t M,
+                         int64_t K, int64_t N, float *ws);
+void xm_k_matmul_dw_bf16(const xm_bf16_t *dy, const xm_bf16_t *x, float *dw, int64_t M,
+                         int64_t K, int64_t N, float beta, float *ws);
+void xm_k_grouped_matmul_bf16(const xm_bf16_t *x, const xm_bf16_t *w, const int32_t *tpe,
+                              xm_bf16_t *y, int64_t E, int64_t K, int64_t M, float *ws);
+void xm_k_grouped_matmul_dx_bf16(const xm_bf16_t *dy, const xm_bf16_t *w, const int32_t *tpe,
+                                 xm_bf16_t *dx, int64_t E, int64_t K, int64_t M, float *ws);
+void xm_k_grouped_matmul_dw_bf16(const xm_bf16_t *dy, const xm_bf16_t *x, const int32_t *tpe,
+                                 float *dw, int64_t E, int64_t K, int64_t M, float beta,
+                                 float *ws);
 
 #endif /* XM_RUNTIME_KERNELS_H */
