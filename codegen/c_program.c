@@ -130,7 +130,9 @@ static const char *ptr(gen_t *g, const xm_ir_value_t *v) {
     snprintf(b, 128, "NULL");
     return b;
   }
-  const char *type = v->type.dtype == XM_DT_I32 ? "int32_t" : "float";
+  const char *type = v->type.dtype == XM_DT_I32    ? "int32_t"
+                     : v->type.dtype == XM_DT_BF16 ? "xm_bf16_t"
+                                                   : "float";
   const char *arena = p.arena == XM_MEM_ARENA_PERSISTENT ? "persist" : "act";
   snprintf(b, 128, "(%s *)(x->%s + %" PRId64 ")", type, arena, p.offset);
   return b;
@@ -251,6 +253,23 @@ static const char *tiling(gen_t *g, const xm_ir_op_t *op, int r) {
   return b;
 }
 
+/* A GEMM the mixed-precision pass gave bf16 operands. */
+static bool bf16_gemm(const xm_ir_op_t *op) { return IN(0)->type.dtype == XM_DT_BF16; }
+
+/* The workspace the memory plan gave the op (attr "ws"). */
+static const char *workspace(gen_t *g, const xm_ir_op_t *op) {
+  xm_mem_place_t p;
+  char *b = ring_buf(g);
+  if (!xm_plan_memory_workspace(op, &p)) {
+    gen_error(g, op, XM_ERR_INTERNAL, "%s needs a workspace but has none (run plan-memory)%s",
+              NULL);
+    snprintf(b, 128, "NULL");
+    return b;
+  }
+  snprintf(b, 128, "(float *)(x->act + %" PRId64 ")", p.offset);
+  return b;
+}
+
 /* ---- ops --------------------------------------------------------------- */
 
 /* Elementwise, shape and dense transformer ops; false when not one. */
@@ -281,8 +300,16 @@ static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
          count_div(g, IN(0), dim(IN(0), -1)), dim(IN(0), -1), fattr(g, op, "eps"));
     break;
   case XM_OP_MATMUL:
-    EMIT("xm_k_matmul(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
-         count_div(g, IN(0), dim(IN(0), -1)), dim(IN(0), -1), dim(IN(1), 0));
+    if (bf16_gemm(op))
+      EMIT("xm_k_matmul_bf16(%s, %s, %s, %s, " I64 ", " I64 ", %s);", A(0), A(1), R(0),
+           count_div(g, IN(0), dim(IN(0), -1)), dim(IN(0), -1), dim(IN(1), 0), workspace(g, op));
+    else
+      EMIT("xm_k_matmul(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
+           count_div(g, IN(0), dim(IN(0), -1)), dim(IN(0), -1), dim(IN(1), 0));
+    break;
+  case XM_OP_CAST:
+    EMIT("xm_k_cast_%s(%s, %s, %s);", IN(0)->type.dtype == XM_DT_F32 ? "f32_bf16" : "bf16_f32",
+         A(0), R(0), count(g, IN(0)));
     break;
   case XM_OP_ROPE:
     EMIT("xm_k_rope(%s, %s, " I64 ", " I64 ", " I64 ", " I64 ", %s);", A(0), R(0), dim(IN(0), 0),
@@ -307,10 +334,17 @@ static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
 static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
   switch (op->code) {
   case XM_OP_MATMUL_DX: /* dy[M,N], w[N,K] -> dx[M,K] */
-    EMIT("xm_k_matmul_dx(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
-         count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), 1), dim(IN(1), 0));
+    EMIT("xm_k_matmul_dx%s(%s, %s, %s, %s, " I64 ", " I64 "%s%s);", bf16_gemm(op) ? "_bf16" : "",
+         A(0), A(1), R(0), count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), 1), dim(IN(1), 0),
+         bf16_gemm(op) ? ", " : "", bf16_gemm(op) ? workspace(g, op) : "");
     break;
   case XM_OP_MATMUL_DW: /* dy[M,N], x[M,K] -> dw[N,K] */
+    if (bf16_gemm(op)) {
+      EMIT("xm_k_matmul_dw_bf16(%s, %s, %s, %s, " I64 ", " I64 ", %s, %s);", A(0), A(1),
+           dw_dest(g, OUT(0)), count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), -1),
+           dim(IN(0), -1), dw_beta(g, OUT(0)), workspace(g, op));
+      break;
+    }
     EMIT("xm_k_matmul_dw%s(%s, %s, %s, %s, " I64 ", " I64 ");", dw_suffix(g, OUT(0)), A(0), A(1),
          dw_dest(g, OUT(0)), count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), -1),
          dim(IN(0), -1));
@@ -404,10 +438,17 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
     break;
   case XM_OP_GROUPED_MATMUL: /* x[N,K], w[E,M,K] */
   case XM_OP_GROUPED_MATMUL_DX:
-    EMIT("xm_k_%s(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ");", xm_ir_opinfo(op->code)->name,
-         A(0), A(1), A(2), R(0), dim(IN(1), 0), dim(IN(1), 2), dim(IN(1), 1));
+    EMIT("xm_k_%s%s(%s, %s, %s, %s, " I64 ", " I64 ", " I64 "%s%s);", xm_ir_opinfo(op->code)->name,
+         bf16_gemm(op) ? "_bf16" : "", A(0), A(1), A(2), R(0), dim(IN(1), 0), dim(IN(1), 2),
+         dim(IN(1), 1), bf16_gemm(op) ? ", " : "", bf16_gemm(op) ? workspace(g, op) : "");
     break;
   case XM_OP_GROUPED_MATMUL_DW: /* dy[N,M], x[N,K], tpe -> dw[E,M,K] */
+    if (bf16_gemm(op)) {
+      EMIT("xm_k_grouped_matmul_dw_bf16(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", %s, %s);",
+           A(0), A(1), A(2), dw_dest(g, OUT(0)), dim(OUT(0), 0), dim(OUT(0), 2), dim(OUT(0), 1),
+           dw_beta(g, OUT(0)), workspace(g, op));
+      break;
+    }
     EMIT("xm_k_grouped_matmul_dw%s(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ");",
          dw_suffix(g, OUT(0)), A(0), A(1), A(2), dw_dest(g, OUT(0)), dim(OUT(0), 0),
          dim(OUT(0), 2), dim(OUT(0), 1));
@@ -830,30 +871,28 @@ static void compute_rows_src(gen_t *g) {
   }
 }
 
-/* Which accumulates fold into the GEMM that makes their gradient: a
- * micro-batch accumulate of an f32 grad state whose operand is the only
- * use of a static-shaped matmul_dw / grouped_matmul_dw result of the same
- * size. */
+/* The accumulates the fold-accumulate pass folded into the GEMM that makes
+ * their gradient (attrs folded / accumulate): the GEMM writes into the
+ * accumulate's state. A folded accumulate whose GEMM does not say so, or
+ * whose gradient has another use, is an inconsistent module. */
 static void compute_acc_fusion(gen_t *g) {
   const xm_ir_module_t *m = g->m;
   for (int i = 0; i < xm_ir_module_num_values(m); i++)
     g->acc_of[i] = -1;
   for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
     const xm_ir_op_t *op = xm_ir_module_op(m, i);
-    if (op->code != XM_OP_ACCUMULATE || op->num_operands != 2 || is_step(op)) continue;
-    const xm_ir_value_t *acc = IN(0), *dw = IN(1);
-    const xm_ir_op_t *def = dw->def;
-    if (!def ||
-        (def->code != XM_OP_MATMUL_DW && def->code != XM_OP_GROUPED_MATMUL_DW &&
-         def->code != XM_OP_GATHER_GROUPED_MATMUL_DW &&
-         def->code != XM_OP_GROUPED_MATMUL_COMBINE_DW) ||
-        dw->index != 0 || dw->num_uses != 1 || !acc->def || acc->def->code != XM_OP_STATE)
+    if (op->code != XM_OP_ACCUMULATE || !xm_ir_op_get_bool(op, "folded", false)) continue;
+    const xm_ir_value_t *dw = IN(1);
+    if (!dw->def || !xm_ir_op_get_bool(dw->def, "accumulate", false) || dw->num_uses != 1 ||
+        dw->index != 0) {
+      g->op_index = i;
+      gen_error(g, op, XM_ERR_INTERNAL,
+                "%s is folded but its operand is not the only use of a GEMM with attr "
+                "accumulate%s",
+                NULL);
       continue;
-    bool ok = acc->type.dtype == XM_DT_F32 && dw->type.dtype == XM_DT_F32 &&
-              numel(acc) == numel(dw) && numel(dw) > 0;
-    for (int d = 0; d < dw->type.rank; d++)
-      ok = ok && !dw->type.dynamic[d];
-    if (ok) g->acc_of[dw->id] = i;
+    }
+    g->acc_of[dw->id] = i;
   }
 }
 

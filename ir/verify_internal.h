@@ -73,5 +73,7 @@ void xm_ir_verify_train_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out);
 /* The rules of the fused padding-free MoE ops (verify_fused.c), forward and
  * backward; `out` as for xm_ir_verify_train_rule. */
 void xm_ir_verify_fused_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out);
+/* cast (ir/verify_mixed.c). */
+void xm_ir_verify_mixed_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out);
 
 #endif /* XM_IR_VERIFY_INTERNAL_H */

@@ -99,7 +99,9 @@ static void rule_matmul_dw(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   if (c->errors > e0) return;
   int64_t dims[2] = {dy->dims[dy->rank - 1], x->dims[x->rank - 1]};
   bool dyn[2] = {dy->dynamic[dy->rank - 1], x->dynamic[x->rank - 1]};
-  xm_ir_rule_set_result(out, dy->dtype, 2, dims, dyn);
+  /* Weight gradients are f32 whatever the operands (bf16 mixed precision
+   * accumulates and reduces them in f32). */
+  xm_ir_rule_set_result(out, XM_DT_F32, 2, dims, dyn);
 }
 
 /* The result type is the op's own: a trailing suffix of the operand's. */
@@ -336,7 +338,7 @@ static void rule_grouped_matmul_dw(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   const xm_ir_type_t *dy = in(c, 0), *x = in(c, 1), *tpe = in(c, 2);
   int64_t dims[3] = {tpe->dims[0], dy->dims[1], x->dims[1]};
   bool dyn[3] = {tpe->dynamic[0], dy->dynamic[1], x->dynamic[1]};
-  xm_ir_rule_set_result(out, dy->dtype, 3, dims, dyn);
+  xm_ir_rule_set_result(out, XM_DT_F32, 3, dims, dyn); /* f32 as matmul_dw's */
 }
 
 /* dout[T,H], y[N,H], indices i32[N], weights f32[T,k] -> dy[N,H], dweights */

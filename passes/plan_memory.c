@@ -72,6 +72,7 @@ typedef struct {
   int *op_pos;        /* op index -> timeline position */
   int *op_phase;      /* op index -> PHASE_* */
   int *val_buf;       /* value id -> buffer index, -1 for ids not in use */
+  int *op_ws;         /* op index -> buffer index of its workspace, -1 for none */
   int64_t *val_bytes; /* value id -> its own aligned size */
   buffer_t *bufs;
   int num_bufs;
@@ -82,6 +83,7 @@ static void plan_free(plan_t *p) {
   free(p->op_pos);
   free(p->op_phase);
   free(p->val_buf);
+  free(p->op_ws);
   free(p->val_bytes);
   free(p->bufs);
 }
@@ -181,6 +183,9 @@ static xm_status_t make_buffers(plan_t *p) {
         op_error(p, op, i, "result %d is too large to address", r);
         return XM_ERR_INVALID_INPUT;
       }
+      /* A weight gradient the GEMM adds into its state (fold-accumulate)
+       * is never written: it holds no bytes. */
+      if (r == 0 && xm_ir_op_get_bool(op, "accumulate", false)) bytes = 0;
       p->val_bytes[v->id] = bytes;
       if (op->code == XM_OP_RESHAPE && op->num_operands == 1) {
         int b = p->val_buf[op->operands[0]->id];
@@ -200,6 +205,28 @@ static xm_status_t make_buffers(plan_t *p) {
                           is_persistent_op(op) ? XM_MEM_ARENA_PERSISTENT : XM_MEM_ARENA_ACTIVATION};
       if (b->is_input && b->phase != PHASE_STEP) b->start = 0;
       p->val_buf[v->id] = p->num_bufs++;
+    }
+    /* A kernel's workspace: live during its op only. */
+    int64_t ws = xm_ir_op_get_int(op, "workspace", 0);
+    if (ws < 0) {
+      op_error(p, op, i, "attribute workspace is negative (%" PRId64 " bytes)", ws);
+      return XM_ERR_INVALID_INPUT;
+    }
+    if (ws > 0) {
+      int64_t bytes;
+      if (ws > INT64_MAX - p->align) {
+        op_error(p, op, i, "its workspace is too large to address");
+        return XM_ERR_INVALID_INPUT;
+      }
+      bytes = (ws + p->align - 1) / p->align * p->align;
+      p->bufs[p->num_bufs] = (buffer_t){.root = -1 - i,
+                                        .phase = p->op_phase[i],
+                                        .category = CAT_NONE,
+                                        .bytes = bytes,
+                                        .start = p->op_pos[i],
+                                        .end = p->op_pos[i],
+                                        .arena = XM_MEM_ARENA_ACTIVATION};
+      p->op_ws[i] = p->num_bufs++;
     }
   }
   return XM_OK;
@@ -364,6 +391,11 @@ static xm_status_t record(plan_t *p) {
   int cap = 0;
   for (int i = 0; i < p->num_ops; i++) {
     xm_ir_op_t *op = xm_ir_module_op(p->m, i);
+    if (p->op_ws[i] >= 0) {
+      const buffer_t *b = &p->bufs[p->op_ws[i]];
+      int64_t ws[2] = {b->offset, b->bytes};
+      xm_ir_op_set_ints(p->m, op, "ws", 2, ws);
+    }
     if (op->num_results == 0) continue;
     if (op->num_results * 3 > cap) {
       cap = op->num_results * 3;
@@ -406,12 +438,15 @@ static xm_status_t plan_run(plan_t *p) {
   p->op_pos = calloc(nops, sizeof *p->op_pos);
   p->op_phase = calloc(nops, sizeof *p->op_phase);
   p->val_buf = malloc(nvals * sizeof *p->val_buf);
+  p->op_ws = malloc(nops * sizeof *p->op_ws);
   p->val_bytes = calloc(nvals, sizeof *p->val_bytes);
-  p->bufs = calloc(nvals, sizeof *p->bufs);
-  if (!p->op_pos || !p->op_phase || !p->val_buf || !p->val_bytes || !p->bufs)
+  p->bufs = calloc(nvals + nops, sizeof *p->bufs);
+  if (!p->op_pos || !p->op_phase || !p->val_buf || !p->op_ws || !p->val_bytes || !p->bufs)
     return XM_ERR_NO_MEMORY;
   for (size_t i = 0; i < nvals; i++)
     p->val_buf[i] = -1;
+  for (size_t i = 0; i < nops; i++)
+    p->op_ws[i] = -1;
   XM_RETURN_IF_ERROR(assign_positions(p));
   XM_RETURN_IF_ERROR(make_buffers(p));
   XM_RETURN_IF_ERROR(extend_lifetimes(p));
@@ -479,6 +514,14 @@ bool xm_plan_memory_place(const xm_ir_op_t *op, int result, xm_mem_place_t *out_
   if ((e[0] != XM_MEM_ARENA_PERSISTENT && e[0] != XM_MEM_ARENA_ACTIVATION) || e[1] < 0 || e[2] < 0)
     return false;
   *out_place = (xm_mem_place_t){.arena = (int)e[0], .offset = e[1], .bytes = e[2]};
+  return true;
+}
+
+bool xm_plan_memory_workspace(const xm_ir_op_t *op, xm_mem_place_t *out_place) {
+  const xm_ir_attr_t *a = xm_ir_op_attr(op, "ws");
+  if (!a || a->kind != XM_ATTR_INTS || a->n != 2 || a->ints[0] < 0 || a->ints[1] <= 0) return false;
+  *out_place = (xm_mem_place_t){
+      .arena = XM_MEM_ARENA_ACTIVATION, .offset = a->ints[0], .bytes = a->ints[1]};
   return true;
 }
 

@@ -5,7 +5,11 @@
  * through MLIR with the module; nothing else has to be kept in sync:
  *
  *   op attr "mem" = [arena, offset, bytes] per result, flattened, on every
- *       op with results. arena 0 is the persistent arena (params, states),
+ *       op with results.
+ *   op attr "ws" = [offset, bytes] in the activation arena, on an op whose
+ *       attr "workspace" (bytes, set by the pass that chose the kernel)
+ *       asks for scratch: a buffer live during that op only, so kernels
+ *       never allocate. arena 0 is the persistent arena (params, states),
  *       arena 1 the activation arena (everything else). offset is a byte
  *       offset into that arena, aligned to the pass's alignment; bytes is
  *       the result's size at the upper bound of its dynamic dims, rounded
@@ -66,6 +70,9 @@ xm_status_t xm_plan_memory(xm_ir_module_t *m, int64_t alignment, xm_diag_t *diag
 /* Reads result `result` of `op` from its "mem" attr; false when the op has
  * no plan (or a malformed one) or `result` is out of range. */
 bool xm_plan_memory_place(const xm_ir_op_t *op, int result, xm_mem_place_t *out_place);
+
+/* Reads an op's workspace from its "ws" attr; false when it has none. */
+bool xm_plan_memory_workspace(const xm_ir_op_t *op, xm_mem_place_t *out_place);
 
 /* Reads the module attrs back. XM_ERR_INVALID_INPUT (with a message in
  * `diag`, which may be NULL) when the module has not been planned. */

@@ -41,7 +41,7 @@ cat >"$work/variant.json" <<'EOF'
           "scoring": "sigmoid", "n_group": 4, "topk_group": 2,
           "norm_topk_prob": true, "routed_scaling": 1.5, "aux_alpha": 0.02,
           "capacity_factor": 1.25, "shared_experts": 1},
-  "training": {"seq_len": 64, "micro_batch": 2, "global_batch": 4, "lr": 0.002,
+  "training": {"seq_len": 64, "micro_batch": 2, "global_batch": 4, "dtype": "fp32", "lr": 0.002,
                "warmup_steps": 0, "train_steps": 50, "grad_clip": 0.5, "weight_decay": 0.05}
 }
 EOF

@@ -34,7 +34,7 @@
 #include "support/sha256.h"
 #include "support/strbuf.h"
 
-#define PIPELINE "autodiff{grad-accum=2},canonicalize,plan-memory,schedule"
+#define PIPELINE "autodiff{grad-accum=2},canonicalize,fold-accumulate,plan-memory,schedule"
 
 /* ---- helpers ------------------------------------------------------------ */
 

@@ -31,7 +31,7 @@
 #include "runtime/driver/trace.h"
 #include "support/strbuf.h"
 
-#define PIPELINE "autodiff{grad-accum=2},canonicalize,plan-memory,schedule"
+#define PIPELINE "autodiff{grad-accum=2},canonicalize,fold-accumulate,plan-memory,schedule"
 
 /* ---- the hooks in generated code ---------------------------------------- */
 

@@ -458,6 +458,12 @@ static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
   if (st == XM_OK && c->a.cluster)
     st = xm_spec_load_cluster_text(c->cluster_text, c->cluster_len, c->a.cluster, diag, &c->spec);
   if (st == XM_OK && xm_diag_error_count(diag)) st = XM_ERR_INVALID_INPUT;
+  if (st == XM_OK && c->spec.training.dtype == XM_DTYPE_FP16) {
+    xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, "/training/dtype",
+                "fp16 training is not built (it needs dynamic loss scaling); use \"bf16\" "
+                "(bf16 GEMMs with f32 accumulation and f32 master weights) or \"fp32\"");
+    st = XM_ERR_UNSUPPORTED;
+  }
   return st;
 }
 
@@ -547,10 +553,14 @@ static xm_status_t resolve_layout(compile_t *c, xm_diag_t *diag) {
   return xm_layout_check(&c->spec, &c->layout, origin, c->a.input, diag);
 }
 
-/* "[shard{...},][fuse-permute-gemm,]autodiff{...},canonicalize,plan-memory,
- * schedule". The shard pass's options are all spelled out, so the manifest
- * records the whole layout. `fuse` false leaves the permutation unfused
- * (--no-fuse, and the comparison build of the memory report). */
+/* "[shard{...},][fuse-permute-gemm,]autodiff{...},[mixed-precision{...},]
+ * canonicalize,fold-accumulate,plan-memory,schedule". The shard pass's options are all
+ * spelled out, so the manifest records the whole layout. `fuse` false
+ * leaves the permutation unfused (--no-fuse, and the comparison build of
+ * the memory report); a bf16 program is never fused (the fused MoE kernels
+ * are f32 only) and gets mixed-precision after autodiff. */
+static bool bf16(const compile_t *c) { return c->spec.training.dtype == XM_DTYPE_BF16; }
+
 static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
   const xm_layout_t *l = &c->layout;
   const xm_training_spec_t *t = &c->spec.training;
@@ -561,11 +571,13 @@ static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
                      (long long)l->dp, (long long)l->tp, (long long)l->ep, l->ssmb ? 1 : 0,
                      l->rbd ? 1 : 0, l->zero, (long long)l->ranks_per_node,
                      (long long)(c->a.dispatch_bound > 0 ? c->a.dispatch_bound : 4));
-  if (fuse) xm_strbuf_puts(out, "fuse-permute-gemm,");
+  if (fuse && !bf16(c)) xm_strbuf_puts(out, "fuse-permute-gemm,");
   xm_strbuf_printf(out, "autodiff{grad-accum=%lld aux-free-gamma=",
                    (long long)(t->global_batch / (t->micro_batch * l->dp)));
   xm_strbuf_put_double(out, c->spec.moe.aux_free_gamma);
-  xm_strbuf_puts(out, "},canonicalize,plan-memory,schedule");
+  xm_strbuf_puts(out, "},");
+  if (bf16(c)) xm_strbuf_puts(out, "mixed-precision{dtype=bf16},");
+  xm_strbuf_puts(out, "canonicalize,fold-accumulate,plan-memory,schedule");
 }
 
 /* The activation arena of the same program without the fusion, for the
@@ -642,6 +654,13 @@ static void print_fusion(const compile_t *c) {
     printf("fuse-permute-gemm: off (--no-fuse)\n");
     return;
   }
+  if (bf16(c)) {
+    printf("precision: bf16 GEMM operands and results, f32 accumulation (%lld casts); f32 "
+           "master weights, gradients, reductions and AdamW states\n",
+           (long long)xm_ir_module_get_int(c->m, "mixed_casts", 0));
+    printf("fuse-permute-gemm: off for bf16 (the fused MoE kernels are f32 only so far)\n");
+    return;
+  }
   if (c->fused_gathers + c->fused_combines == 0) {
     printf("fuse-permute-gemm: nothing to fold (the gathers and combines meet collectives)\n");
     return;
@@ -687,12 +706,6 @@ static int compile(compile_t *c) {
   xm_diag_print(&diag, stderr);
   xm_diag_free(&diag);
   if (st != XM_OK) return xm_status_exit_code(st);
-  if (c->spec.training.dtype != XM_DTYPE_FP32)
-    fprintf(stderr,
-            "%s: warning: /training/dtype: %s, but the generated CPU program computes in "
-            "fp32: bf16 and fp16 training are not built yet (docs/design.md, What is not "
-            "built yet); set \"dtype\": \"fp32\" to say what runs\n",
-            c->a.input, c->spec.training.dtype == XM_DTYPE_BF16 ? "bf16" : "fp16");
   print_plan(c);
   print_layout(&c->layout);
   xm_strbuf_t report;

@@ -1,0 +1,191 @@
+/* passes/mixed_precision.c — bf16 mixed precision (docs/design.md, Mixed
+ * precision), after autodiff, on the whole forward + backward graph.
+ *
+ * Option dtype=f32 (the default) leaves the module as it is; dtype=bf16
+ * gives every GEMM bf16 operands and f32 accumulation, as Megatron-LM and
+ * DeepSpeed train in bf16 with fp32 master weights:
+ *
+ *   - each float operand of a dense or grouped GEMM (forward, input
+ *     gradient, weight gradient) is read in bf16: a cast to bf16 is placed
+ *     before the first GEMM that reads the value, and every GEMM reading it
+ *     shares that cast. A weight is cast once per micro-batch (its bf16
+ *     copy lives from the forward GEMM to the last backward GEMM that
+ *     reads it); an activation kept for its weight gradient is kept in
+ *     bf16 only, which is where the activation memory goes;
+ *   - forward and input-gradient GEMMs write bf16; where their result
+ *     feeds anything other than a GEMM (norms, activations, attention,
+ *     the router, residual adds, collectives, the loss), a cast back to f32
+ *     follows the GEMM, so those ops compute in f32 on bf16-rounded values;
+ *   - weight-gradient GEMMs write f32 (ir/ops.def), so the accumulation
+ *     into the f32 gradient states, their reduction over ranks, the
+ *     gradient norm and AdamW on the f32 master weights and states all
+ *     stay f32.
+ *
+ * Every bf16 GEMM gets attr workspace (bytes) for its operands widened in
+ * tiles (runtime/abi/bf16.h), which plan-memory places. The module records
+ * compute_dtype ("f32" or "bf16") and mixed_casts (casts inserted). The
+ * fused MoE kernels are f32 only so far: a module with fused ops is
+ * refused (xmoec compile does not fuse a bf16 program).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/pass.h"
+#include "runtime/abi/bf16.h"
+
+typedef struct {
+  xm_ir_module_t *m;
+  xm_ir_value_t **cast_of; /* value id -> its bf16 cast (ids of the input module) */
+  int num_values;          /* ids below this have a cast_of entry */
+  int casts;
+} mixed_t;
+
+/* GEMMs whose operands 0 and 1 are the multiplied matrices. */
+static bool is_gemm(xm_ir_opcode_t code) {
+  switch (code) {
+  case XM_OP_MATMUL:
+  case XM_OP_MATMUL_DX:
+  case XM_OP_MATMUL_DW:
+  case XM_OP_GROUPED_MATMUL:
+  case XM_OP_GROUPED_MATMUL_DX:
+  case XM_OP_GROUPED_MATMUL_DW: return true;
+  default: return false;
+  }
+}
+
+static bool is_weight_grad(xm_ir_opcode_t code) {
+  return code == XM_OP_MATMUL_DW || code == XM_OP_GROUPED_MATMUL_DW;
+}
+
+static bool is_fused(xm_ir_opcode_t code) {
+  switch (code) {
+  case XM_OP_GATHER_GROUPED_MATMUL:
+  case XM_OP_GROUPED_MATMUL_COMBINE:
+  case XM_OP_GATHER_GROUPED_MATMUL_DX:
+  case XM_OP_GATHER_GROUPED_MATMUL_DW:
+  case XM_OP_GROUPED_MATMUL_COMBINE_GRAD:
+  case XM_OP_GROUPED_MATMUL_COMBINE_DW: return true;
+  default: return false;
+  }
+}
+
+/* A cast of `v` to `dt` appended and moved to position `at`, with the
+ * phase (and layer) of the op it serves. */
+static xm_ir_value_t *cast_at(mixed_t *x, xm_ir_value_t *v, xm_dtype_t dt, int at,
+                              const xm_ir_op_t *like) {
+  xm_ir_type_t t = v->type;
+  t.dtype = dt;
+  xm_ir_op_t *op = xm_ir_op_append(x->m, XM_OP_CAST, 1, &v, 1, &t, like->loc);
+  XM_ASSERT(op != NULL); /* arena exhaustion, as in the model builder */
+  const char *keys[] = {"phase", "layer"};
+  for (int k = 0; k < 2; k++) {
+    const xm_ir_attr_t *a = xm_ir_op_attr(like, keys[k]);
+    if (a) xm_ir_op_set_attr(x->m, op, a);
+  }
+  xm_ir_module_move_op(x->m, xm_ir_module_num_ops(x->m) - 1, at);
+  x->casts++;
+  return op->results[0];
+}
+
+static int64_t numel(const xm_ir_value_t *v) { return xm_ir_type_numel(&v->type); }
+
+static int64_t last_dim(const xm_ir_value_t *v) { return v->type.dims[v->type.rank - 1]; }
+
+/* Bytes of the op's widened tiles (xm_bf16_gemm_ws_floats). */
+static int64_t workspace_bytes(const xm_ir_op_t *op) {
+  const xm_ir_value_t *a = op->operands[0], *b = op->operands[1];
+  int64_t rows = last_dim(a) > 0 ? numel(a) / last_dim(a) : 0, K, N;
+  bool widen = !is_weight_grad(op->code);
+  switch (op->code) {
+  case XM_OP_MATMUL: K = last_dim(a), N = b->type.dims[0]; break;            /* x, w[N,K] */
+  case XM_OP_MATMUL_DX: K = b->type.dims[1], N = b->type.dims[0]; break;     /* dy, w[N,K] */
+  case XM_OP_MATMUL_DW: K = last_dim(b), N = last_dim(a); break;             /* dy, x */
+  case XM_OP_GROUPED_MATMUL: K = last_dim(a), N = b->type.dims[1]; break;    /* x, w[E,M,K] */
+  case XM_OP_GROUPED_MATMUL_DX: K = b->type.dims[2], N = b->type.dims[1]; break;
+  default: K = last_dim(b), N = last_dim(a); break; /* grouped dw: dy[n,M], x[n,K] */
+  }
+  return 4 * xm_bf16_gemm_ws_floats(rows, K, N, widen);
+}
+
+/* The GEMM at position *i: bf16 operands, then its result. Advances *i
+ * past the casts it inserts before the op. */
+static void convert_gemm(mixed_t *x, int *i) {
+  xm_ir_op_t *op = xm_ir_module_op(x->m, *i);
+  for (int j = 0; j < 2; j++) {
+    xm_ir_value_t *v = op->operands[j];
+    if (v->type.dtype != XM_DT_F32) continue;
+    xm_ir_value_t *c = v->id < x->num_values ? x->cast_of[v->id] : NULL;
+    if (!c) {
+      c = cast_at(x, v, XM_DT_BF16, *i, op);
+      (*i)++;
+      if (v->id < x->num_values) x->cast_of[v->id] = c;
+    }
+    xm_ir_op_set_operand(op, j, c);
+  }
+  xm_ir_op_set_int(x->m, op, "workspace", workspace_bytes(op));
+  if (is_weight_grad(op->code)) return;
+  /* The result in bf16; the uses that are not a GEMM's matrix operands
+   * read it back in f32 from one cast right after the op. */
+  xm_ir_value_t *r = op->results[0];
+  r->type.dtype = XM_DT_BF16;
+  xm_ir_value_t *back = NULL;
+  int n = xm_ir_module_num_ops(x->m);
+  for (int u = *i + 1; u < n; u++) {
+    xm_ir_op_t *user = xm_ir_module_op(x->m, u);
+    if (user->code == XM_OP_CAST && user->operands[0] == r) continue;
+    for (int j = 0; j < user->num_operands; j++) {
+      if (user->operands[j] != r || (is_gemm(user->code) && j < 2)) continue;
+      if (!back) {
+        back = cast_at(x, r, XM_DT_F32, *i + 1, op);
+        n++;
+        if (u >= *i + 1) user = xm_ir_module_op(x->m, ++u);
+      }
+      xm_ir_op_set_operand(user, j, back);
+    }
+  }
+}
+
+static xm_status_t mixed_run(xm_ir_module_t *m, const xm_pass_options_t *options,
+                             xm_diag_t *diag, bool *out_changed) {
+  const char *dtype = xm_pass_option(options, "dtype");
+  if (dtype && strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0) {
+    xm_diag_add(diag, XM_DIAG_ERROR, NULL, NULL,
+                "mixed-precision: option dtype is \"%s\"; expected f32 or bf16", dtype);
+    return XM_ERR_INVALID_INPUT;
+  }
+  bool bf16 = dtype && strcmp(dtype, "bf16") == 0;
+  xm_ir_attr_t a = {.key = "compute_dtype", .kind = XM_ATTR_STRING, .s = bf16 ? "bf16" : "f32"};
+  xm_ir_module_set_attr(m, &a);
+  if (!bf16) {
+    xm_ir_module_set_int(m, "mixed_casts", 0);
+    return XM_OK;
+  }
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (!is_fused(op->code)) continue;
+    xm_diag_add(diag, XM_DIAG_ERROR, op->loc, NULL,
+                "mixed-precision: op %d %s: the fused MoE kernels are f32 only; run "
+                "mixed-precision on a module without fuse-permute-gemm",
+                i, xm_ir_opinfo(op->code)->name);
+    return XM_ERR_UNSUPPORTED;
+  }
+  mixed_t x = {m, NULL, xm_ir_module_num_values(m), 0};
+  x.cast_of = calloc((size_t)x.num_values + 1, sizeof *x.cast_of);
+  if (!x.cast_of) return XM_ERR_NO_MEMORY;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++)
+    if (is_gemm(xm_ir_module_op(m, i)->code)) convert_gemm(&x, &i);
+  free(x.cast_of);
+  xm_ir_module_set_int(m, "mixed_casts", x.casts);
+  *out_changed = x.casts > 0;
+  return XM_OK;
+}
+
+static const char *const k_options[] = {"dtype", NULL};
+
+const xm_pass_info_t xm_pass_mixed_precision = {
+    .name = "mixed-precision",
+    .summary = "bf16 GEMM operands with f32 accumulation; f32 master weights, gradients and "
+               "optimizer (dtype f32 or bf16)",
+    .option_names = k_options,
+    .run = mixed_run,
+};
