@@ -76,6 +76,7 @@
 
 #include "codegen/emit.h"
 #include "passes/plan_memory.h"
+#include "runtime/abi/groups.h"
 
 #define RING 16
 
@@ -512,16 +513,16 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
 
 /* ---- multi-rank ops (runtime/comm/spmd.h) ------------------------------------ */
 
-/* Group names of the shard pass and the runtime's group kinds. "sp" (the
- * sequence shard of an SSMB block) is the TP group's ranks. */
+/* Group names of the IR and the runtime's group constants, from the one
+ * table both sides include (runtime/abi/groups.def); an alias such as "sp"
+ * (the sequence shard of an SSMB block) names its group's constant. */
 static const struct {
   const char *name, *constant;
   int kind; /* xm_rt_group_kind_t */
 } k_groups[] = {
-    {"world", "XM_RT_GROUP_WORLD", 0}, {"dp", "XM_RT_GROUP_DP", 1},
-    {"tp", "XM_RT_GROUP_TP", 2},       {"ep", "XM_RT_GROUP_EP", 3},
-    {"edp", "XM_RT_GROUP_EDP", 4},     {"node", "XM_RT_GROUP_NODE", 5},
-    {"sp", "XM_RT_GROUP_TP", 2},
+#define XM_GROUP(e, name, rt, doc) {name, #rt, rt},
+#define XM_GROUP_ALIAS(e, name, rt, doc) {name, #rt, rt},
+#include "runtime/abi/groups.def"
 };
 
 /* Index in k_groups of a group name, or -1. */
@@ -579,8 +580,10 @@ static void emit_copy_unless_aliased(gen_t *g, const xm_ir_op_t *op) {
 static void emit_all_to_all(gen_t *g, const xm_ir_op_t *op) {
   const char *traffic = xm_ir_op_get_string(op, "traffic", NULL);
   const char *phase = "XM_RT_PHASE_OTHER";
-  if (traffic && strcmp(traffic, "dispatch") == 0) phase = "XM_RT_PHASE_DISPATCH";
-  else if (traffic && strcmp(traffic, "combine") == 0) phase = "XM_RT_PHASE_COMBINE";
+  if (traffic && strcmp(traffic, xm_rt_phase_kind_name(XM_RT_PHASE_DISPATCH)) == 0)
+    phase = "XM_RT_PHASE_DISPATCH";
+  else if (traffic && strcmp(traffic, xm_rt_phase_kind_name(XM_RT_PHASE_COMBINE)) == 0)
+    phase = "XM_RT_PHASE_COMBINE";
   else if (traffic)
     gen_error(g, op, XM_ERR_INTERNAL, "%s: traffic \"%s\" is neither dispatch nor combine",
               traffic);

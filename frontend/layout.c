@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/abi/groups.h"
+
 #define ERR(place, ...) xm_diag_add(diag, XM_DIAG_ERROR, source, place, __VA_ARGS__)
 #define WARN(place, ...) xm_diag_add(diag, XM_DIAG_WARNING, source, place, __VA_ARGS__)
 
@@ -316,10 +318,63 @@ xm_status_t xm_layout_check(const xm_spec_t *spec, const xm_layout_t *layout,
 
 /* ---- rank groups --------------------------------------------------------- */
 
+/* The compiler's kinds and the runtime's are the same rows of one table,
+ * so a kind converts to the XM_RT_GROUP_* constant of the same value (the
+ * code generator and the aliases below rely on it); the kinds only the
+ * compiler has come after all of them. */
+#define XM_GROUP(e, name, rt, doc)                                                                 \
+  _Static_assert((int)XM_GROUP_##e == (int)(rt), "XM_GROUP_" #e " differs from " #rt);
+#define XM_GROUP_LAYOUT(e, name, doc)                                                              \
+  _Static_assert((int)XM_GROUP_##e >= (int)XM_RT_GROUP_COUNT, "XM_GROUP_" #e " is not last");
+#include "runtime/abi/groups.def"
+
+static const char *const k_kind_names[XM_GROUP_COUNT] = {
+#define XM_GROUP(e, name, rt, doc) [XM_GROUP_##e] = name,
+#define XM_GROUP_LAYOUT(e, name, doc) [XM_GROUP_##e] = name,
+#include "runtime/abi/groups.def"
+};
+
 const char *xm_group_kind_name(xm_group_kind_t kind) {
-  static const char *const names[] = {"dp", "tp", "ep", "edp", "node", "ep_node"};
   XM_ASSERT(kind >= 0 && kind < XM_GROUP_COUNT);
-  return names[kind];
+  return k_kind_names[kind];
+}
+
+bool xm_group_kind_from_name(const char *name, xm_group_kind_t *out) {
+  static const struct {
+    const char *name;
+    int kind; /* an XM_RT_GROUP_* value, the same as the XM_GROUP_* one */
+  } k_aliases[] = {
+#define XM_GROUP_ALIAS(e, name, rt, doc) {name, (int)(rt)},
+#include "runtime/abi/groups.def"
+  };
+  if (!name) return false;
+  for (int k = 0; k < XM_GROUP_COUNT; k++)
+    if (strcmp(k_kind_names[k], name) == 0) {
+      *out = (xm_group_kind_t)k;
+      return true;
+    }
+  for (size_t i = 0; i < sizeof k_aliases / sizeof k_aliases[0]; i++)
+    if (strcmp(k_aliases[i].name, name) == 0) {
+      *out = (xm_group_kind_t)k_aliases[i].kind;
+      return true;
+    }
+  return false;
+}
+
+int64_t xm_layout_group_size(const xm_layout_t *l, xm_group_kind_t kind) {
+  int64_t world = xm_layout_world(l), node = xm_layout_node_size(l);
+  switch (kind) {
+  case XM_GROUP_WORLD: return world;
+  case XM_GROUP_DP: return l->dp;
+  case XM_GROUP_TP: return l->tp;
+  case XM_GROUP_EP: return l->ep;
+  case XM_GROUP_EDP: XM_ASSERT(l->ep >= 1); return world / l->ep;
+  case XM_GROUP_NODE: return node;
+  case XM_GROUP_EP_NODE: return l->ep < node ? l->ep : node;
+  default: break;
+  }
+  XM_ASSERT(!"unknown group kind");
+  return 1;
 }
 
 /* Consecutive blocks of `size` ranks. */
@@ -364,6 +419,7 @@ xm_group_t xm_layout_group(const xm_layout_t *l, xm_group_kind_t kind, int64_t r
   XM_ASSERT(l->tp >= 1 && l->ep >= 1 && world % l->ep == 0);
   XM_ASSERT(world % xm_layout_node_size(l) == 0);
   switch (kind) {
+  case XM_GROUP_WORLD: return block_group(rank, world);
   case XM_GROUP_DP: return strided_group(rank, l->tp, world);
   case XM_GROUP_TP: return block_group(rank, l->tp);
   case XM_GROUP_EP: return block_group(rank, l->ep);

@@ -12,9 +12,11 @@
  * an arithmetic progression of world ranks, so a group is {first, stride,
  * size} plus this rank's index and a color that is equal exactly for the
  * ranks of one group: runtime/comm/comm.c builds the same groups with
- * MPI_Comm_split(world, color, index). docs/parallelism.md keeps the
- * formulas; the runtime cannot include this header (it depends on no
- * compiler layer), so both follow that page and tests/unit/test_layout.c.
+ * MPI_Comm_split(world, color, index). The groups, their names and
+ * formulas are declared once in runtime/abi/groups.def, which the runtime
+ * reads too; the runtime cannot include this header (it depends on no
+ * compiler layer), so it computes the same formulas itself, and
+ * tests/unit/test_layout.c checks that the kinds agree with the table.
  */
 #ifndef XM_FRONTEND_LAYOUT_H
 #define XM_FRONTEND_LAYOUT_H
@@ -96,13 +98,16 @@ bool xm_layout_rbd_active(const xm_layout_t *l);
 
 /* ---- rank groups ------------------------------------------------------ */
 
+/* One kind per XM_GROUP row of runtime/abi/groups.def (WORLD, DP, TP, EP,
+ * EDP, NODE: the same values as the runtime's XM_RT_GROUP_*), then its
+ * XM_GROUP_LAYOUT rows (EP_NODE: the EP group's ranks on this node, for
+ * which the runtime has no communicator; RBD's intra stage runs over the
+ * NODE or the EP group). The table has each kind's formulas;
+ * xm_layout_group computes them. */
 typedef enum {
-  XM_GROUP_DP,      /* dense data parallel: same tp rank, strided by tp */
-  XM_GROUP_TP,      /* tensor parallel: tp consecutive ranks */
-  XM_GROUP_EP,      /* expert parallel: ep consecutive ranks */
-  XM_GROUP_EDP,     /* expert data parallel: same EP rank, strided by ep */
-  XM_GROUP_NODE,    /* the ranks of one node: ranks_per_node consecutive */
-  XM_GROUP_EP_NODE, /* the EP group's ranks on this node (RBD's intra stage) */
+#define XM_GROUP(e, name, rt, doc) XM_GROUP_##e,
+#define XM_GROUP_LAYOUT(e, name, doc) XM_GROUP_##e,
+#include "runtime/abi/groups.def"
   XM_GROUP_COUNT
 } xm_group_kind_t;
 
@@ -123,7 +128,20 @@ static inline int64_t xm_group_member(const xm_group_t *g, int64_t i) {
   return g->first + i * g->stride;
 }
 
-/* "dp", "tp", "ep", "edp", "node", "ep_node". */
+/* Members of every group of `kind`: world, dp, tp, ep, world / ep, the
+ * node size; for ep_node, whose groups node boundaries cut to different
+ * sizes, the largest (rank 0's, min(ep, node size)). Needs only dp, tp,
+ * ep >= 1 (and ep dividing the world for edp), so a pass can ask before
+ * the whole layout is known to be legal. */
+int64_t xm_layout_group_size(const xm_layout_t *l, xm_group_kind_t kind);
+
+/* The kind's name in runtime/abi/groups.def: "world", "dp", "tp", "ep",
+ * "edp", "node", "ep_node". */
 const char *xm_group_kind_name(xm_group_kind_t kind);
+
+/* The kind a group name denotes: a kind's own name, or an IR alias of the
+ * table, which names another kind's ranks ("sp": TP). False for any other
+ * name (out untouched). */
+bool xm_group_kind_from_name(const char *name, xm_group_kind_t *out);
 
 #endif /* XM_FRONTEND_LAYOUT_H */

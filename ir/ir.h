@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "support/status.h"
 
@@ -44,6 +45,38 @@ typedef struct {
 const xm_ir_opinfo_t *xm_ir_opinfo(xm_ir_opcode_t code);
 /* Looks up an op by its text name; returns false if unknown. */
 bool xm_ir_opcode_from_name(const char *name, xm_ir_opcode_t *out_code);
+
+/* ---- parameter roles (ir/roles.def) ------------------------------------ */
+
+/* The attr role of a param op: how a parallel layout places it. */
+typedef enum {
+#define XM_IR_ROLE(e, name, doc) XM_ROLE_##e,
+#include "ir/roles.def"
+#undef XM_IR_ROLE
+  XM_ROLE_COUNT_
+} xm_ir_role_t;
+
+/* The text name of a role ("tp_column"); "?" for a value that is no role. */
+static inline const char *xm_ir_role_name(xm_ir_role_t role) {
+  switch (role) {
+#define XM_IR_ROLE(e, name, doc)                                                                   \
+  case XM_ROLE_##e: return name;
+#include "ir/roles.def"
+#undef XM_IR_ROLE
+  default: return "?";
+  }
+}
+
+/* Looks up a role by its text name; returns false if unknown (NULL too). */
+static inline bool xm_ir_role_from_name(const char *name, xm_ir_role_t *out_role) {
+  for (int i = 0; name && i < XM_ROLE_COUNT_; i++) {
+    if (strcmp(xm_ir_role_name((xm_ir_role_t)i), name) == 0) {
+      *out_role = (xm_ir_role_t)i;
+      return true;
+    }
+  }
+  return false;
+}
 
 /* ---- types ------------------------------------------------------------- */
 

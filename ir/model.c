@@ -7,7 +7,10 @@
  * that this graph stays the numerical reference.
  *
  * Parameters are param ops named by their Hugging Face tensor names, so a
- * checkpoint maps onto the graph without a translation table. Routed
+ * checkpoint maps onto the graph without a translation table, and each
+ * carries attr role (ir/roles.def): how a parallel layout places it, which
+ * the builder knows from what it builds and the shard pass reads, so no
+ * later stage decides anything by matching names. Routed
  * experts are stacked along dim 0 into one tensor per projection whose
  * name carries a literal "{e}" (the checkpoint writer expands it); this is
  * the layout grouped GEMMs and expert parallelism want. The MoE block is
@@ -99,22 +102,25 @@ static xm_ir_op_t *emit1(builder_t *b, xm_ir_opcode_t code, int nops, xm_ir_valu
 #define VAL(b, code, type, loc, ...) (OP(b, code, type, loc, __VA_ARGS__)->results[0])
 
 /* A parameter; `name` is the full HF tensor name. std < 0: none. */
-static xm_ir_value_t *param_named(builder_t *b, const char *name, const char *init, double std,
-                                  xm_ir_type_t type, const char *loc) {
+static xm_ir_value_t *param_named(builder_t *b, const char *name, xm_ir_role_t role,
+                                  const char *init, double std, xm_ir_type_t type,
+                                  const char *loc) {
   xm_ir_op_t *op = emit1(b, XM_OP_PARAM, 0, NULL, type, loc);
   xm_ir_op_set_string(b->m, op, "name", name);
+  xm_ir_op_set_string(b->m, op, "role", xm_ir_role_name(role));
   xm_ir_op_set_string(b->m, op, "init", init);
   if (std >= 0) xm_ir_op_set_float(b->m, op, "std", std);
   return op->results[0];
 }
 
 /* A parameter of the current layer: model.layers.{i}.<suffix>. */
-static xm_ir_value_t *layer_param(builder_t *b, const char *suffix, const char *init, double std,
-                                  xm_ir_type_t type, const char *loc) {
+static xm_ir_value_t *layer_param(builder_t *b, const char *suffix, xm_ir_role_t role,
+                                  const char *init, double std, xm_ir_type_t type,
+                                  const char *loc) {
   char name[256];
   int n = snprintf(name, sizeof name, "model.layers.%" PRId64 ".%s", b->layer, suffix);
   XM_ASSERT(n > 0 && (size_t)n < sizeof name);
-  return param_named(b, name, init, std, type, loc);
+  return param_named(b, name, role, init, std, type, loc);
 }
 
 static xm_ir_value_t *matmul(builder_t *b, xm_ir_value_t *x, xm_ir_value_t *w, const char *loc) {
@@ -128,8 +134,9 @@ static xm_ir_value_t *rmsnorm(builder_t *b, xm_ir_value_t *x, xm_ir_value_t *w) 
 }
 
 /* RMSNorm of the current layer with a weight named <suffix> of width n. */
-static xm_ir_value_t *layer_rmsnorm(builder_t *b, xm_ir_value_t *x, const char *suffix, int64_t n) {
-  xm_ir_value_t *w = layer_param(b, suffix, "ones", -1, F32(n), LOC_NORM);
+static xm_ir_value_t *layer_rmsnorm(builder_t *b, xm_ir_value_t *x, const char *suffix, int64_t n,
+                                    xm_ir_role_t role) {
+  xm_ir_value_t *w = layer_param(b, suffix, role, "ones", -1, F32(n), LOC_NORM);
   return rmsnorm(b, x, w);
 }
 
@@ -150,17 +157,23 @@ static xm_ir_value_t *attn_project(builder_t *b, xm_ir_value_t *hn, const char *
   char suffix[64];
 
   snprintf(suffix, sizeof suffix, "self_attn.%s_proj.weight", which);
-  xm_ir_value_t *w = layer_param(b, suffix, "normal", 0.02, F32(width, b->H), LOC_HEADS);
+  xm_ir_value_t *w =
+      layer_param(b, suffix, XM_ROLE_TP_COLUMN, "normal", 0.02, F32(width, b->H), LOC_HEADS);
   xm_ir_value_t *y = matmul(b, hn, w, LOC_HEADS);
   if (ms->attention_bias) {
     snprintf(suffix, sizeof suffix, "self_attn.%s_proj.bias", which);
-    xm_ir_value_t *bias = layer_param(b, suffix, "zeros", -1, F32(width), LOC_ATTN_BIAS);
+    xm_ir_value_t *bias =
+        layer_param(b, suffix, XM_ROLE_TP_COLUMN, "zeros", -1, F32(width), LOC_ATTN_BIAS);
     y = VAL(b, XM_OP_ADD, y->type, LOC_ATTN_BIAS, y, bias);
   }
   snprintf(suffix, sizeof suffix, "self_attn.%s_norm.weight", which);
-  if (is_qk && ms->qk_norm == XM_QK_NORM_FULL) y = layer_rmsnorm(b, y, suffix, width);
+  /* Either norm weight meets only this rank's heads under TP (the full
+   * norm is refused with tp > 1 by frontend/layout.c). */
+  if (is_qk && ms->qk_norm == XM_QK_NORM_FULL)
+    y = layer_rmsnorm(b, y, suffix, width, XM_ROLE_TP_PARTIAL);
   y = reshape(b, y, F32(b->B, b->S, heads, b->D), LOC_HEADS);
-  if (is_qk && ms->qk_norm == XM_QK_NORM_HEAD) y = layer_rmsnorm(b, y, suffix, b->D);
+  if (is_qk && ms->qk_norm == XM_QK_NORM_HEAD)
+    y = layer_rmsnorm(b, y, suffix, b->D, XM_ROLE_TP_PARTIAL);
   if (is_qk) {
     xm_ir_op_t *rope = OP(b, XM_OP_ROPE, y->type, LOC_ROPE, y);
     xm_ir_op_set_float(b->m, rope, "theta", ms->rope_theta);
@@ -172,7 +185,7 @@ static xm_ir_value_t *attn_project(builder_t *b, xm_ir_value_t *hn, const char *
 /* h = x + Attn(RMSNorm(x)). */
 static xm_ir_value_t *build_attention(builder_t *b, xm_ir_value_t *x) {
   const xm_model_spec_t *ms = &b->spec->model;
-  xm_ir_value_t *hn = layer_rmsnorm(b, x, "input_layernorm.weight", b->H);
+  xm_ir_value_t *hn = layer_rmsnorm(b, x, "input_layernorm.weight", b->H, XM_ROLE_REPLICATED);
   xm_ir_value_t *q = attn_project(b, hn, "q", ms->heads);
   xm_ir_value_t *k = attn_project(b, hn, "k", ms->kv_heads);
   xm_ir_value_t *v = attn_project(b, hn, "v", ms->kv_heads);
@@ -181,8 +194,8 @@ static xm_ir_value_t *build_attention(builder_t *b, xm_ir_value_t *x) {
   xm_ir_op_set_float(b->m, att, "scale", 1.0 / sqrt((double)b->D));
   int64_t width = ms->heads * b->D;
   xm_ir_value_t *a = reshape(b, att->results[0], F32(b->B, b->S, width), LOC_HEADS);
-  xm_ir_value_t *wo =
-      layer_param(b, "self_attn.o_proj.weight", "normal", b->out_std, F32(b->H, width), LOC_HEADS);
+  xm_ir_value_t *wo = layer_param(b, "self_attn.o_proj.weight", XM_ROLE_TP_ROW, "normal",
+                                  b->out_std, F32(b->H, width), LOC_HEADS);
   xm_ir_value_t *o = matmul(b, a, wo, LOC_HEADS);
   return VAL(b, XM_OP_ADD, x->type, LOC_HEADS, x, o);
 }
@@ -190,16 +203,20 @@ static xm_ir_value_t *build_attention(builder_t *b, xm_ir_value_t *x) {
 /* ---- feed-forward ------------------------------------------------------ */
 
 /* W_down (silu(W_gate x) * (W_up x)) with weights <prefix>.{gate,up,down}_proj
- * of width `ffn`, over x of any leading shape. */
+ * of width `ffn`, over x of any leading shape. `shared`: the MoE block's
+ * shared experts, which SSMB runs on this rank's token slice instead of
+ * splitting them over TP. */
 static xm_ir_value_t *build_swiglu(builder_t *b, xm_ir_value_t *x, const char *prefix, int64_t ffn,
-                                   const char *loc) {
+                                   bool shared, const char *loc) {
+  xm_ir_role_t column = shared ? XM_ROLE_SHARED_COLUMN : XM_ROLE_TP_COLUMN;
+  xm_ir_role_t row = shared ? XM_ROLE_SHARED_ROW : XM_ROLE_TP_ROW;
   char suffix[96];
   snprintf(suffix, sizeof suffix, "%s.gate_proj.weight", prefix);
-  xm_ir_value_t *wg = layer_param(b, suffix, "normal", 0.02, F32(ffn, b->H), loc);
+  xm_ir_value_t *wg = layer_param(b, suffix, column, "normal", 0.02, F32(ffn, b->H), loc);
   snprintf(suffix, sizeof suffix, "%s.up_proj.weight", prefix);
-  xm_ir_value_t *wu = layer_param(b, suffix, "normal", 0.02, F32(ffn, b->H), loc);
+  xm_ir_value_t *wu = layer_param(b, suffix, column, "normal", 0.02, F32(ffn, b->H), loc);
   snprintf(suffix, sizeof suffix, "%s.down_proj.weight", prefix);
-  xm_ir_value_t *wd = layer_param(b, suffix, "normal", b->out_std, F32(b->H, ffn), loc);
+  xm_ir_value_t *wd = layer_param(b, suffix, row, "normal", b->out_std, F32(b->H, ffn), loc);
   xm_ir_value_t *g = matmul(b, x, wg, loc);
   xm_ir_value_t *u = matmul(b, x, wu, loc);
   xm_ir_value_t *s = VAL(b, XM_OP_SWIGLU, g->type, loc, g, u);
@@ -223,7 +240,8 @@ static void build_router(builder_t *b, xm_ir_value_t *t, xm_ir_value_t **out_sco
                          xm_ir_value_t **out_experts, xm_ir_value_t **out_weights) {
   const xm_moe_spec_t *moe = &b->spec->moe;
   int64_t E = moe->experts, k = moe->top_k;
-  xm_ir_value_t *wg = layer_param(b, "mlp.gate.weight", "normal", 0.02, F32(E, b->H), LOC_EXPERTS);
+  xm_ir_value_t *wg = layer_param(b, "mlp.gate.weight", XM_ROLE_REPLICATED, "normal", 0.02,
+                                  F32(E, b->H), LOC_EXPERTS);
   xm_ir_value_t *logits = matmul(b, t, wg, LOC_EXPERTS);
   xm_ir_op_t *sc = OP(b, XM_OP_ROUTER_SCORE, logits->type, LOC_EXPERTS, logits);
   xm_ir_op_set_string(b->m, sc, "scoring", xm_scoring_name(moe->scoring));
@@ -236,7 +254,8 @@ static void build_router(builder_t *b, xm_ir_value_t *t, xm_ir_value_t **out_sco
   xm_ir_value_t *bias;
   if (moe->aux_free_gamma > 0 || moe->scoring == XM_SCORING_SIGMOID) {
     const char *loc = moe->aux_free_gamma > 0 ? LOC_AUX_FREE : LOC_EXPERTS;
-    bias = layer_param(b, "mlp.gate.e_score_correction_bias", "zeros", -1, F32(E), loc);
+    bias = layer_param(b, "mlp.gate.e_score_correction_bias", XM_ROLE_REPLICATED, "zeros", -1,
+                       F32(E), loc);
     xm_ir_op_set_bool(b->m, bias->def, "trainable", false);
   } else {
     xm_ir_op_t *c = emit1(b, XM_OP_CONSTANT, 0, NULL, F32(E), LOC_EXPERTS);
@@ -264,8 +283,8 @@ static xm_ir_value_t *expert_gemm(builder_t *b, xm_ir_value_t *x, const char *pr
   char suffix[64];
   snprintf(suffix, sizeof suffix, "mlp.experts.{e}.%s_proj.weight", proj);
   int64_t in = x->type.dims[x->type.rank - 1];
-  xm_ir_value_t *w =
-      layer_param(b, suffix, "normal", std, F32(b->spec->moe.experts, out, in), LOC_EXPERT_FFN);
+  xm_ir_value_t *w = layer_param(b, suffix, XM_ROLE_EXPERT, "normal", std,
+                                 F32(b->spec->moe.experts, out, in), LOC_EXPERT_FFN);
   return VAL(b, XM_OP_GROUPED_MATMUL, with_last(x->type, out), LOC_EXPERT_FFN, x, w, tpe);
 }
 
@@ -314,7 +333,8 @@ static xm_ir_value_t *build_moe(builder_t *b, xm_ir_value_t *hn) {
   xm_ir_value_t *r = VAL(b, XM_OP_SCATTER_COMBINE, t->type, LOC_TOPK, y, indices, weights);
 
   if (moe->shared_experts > 0) {
-    xm_ir_value_t *sh = build_swiglu(b, t, "mlp.shared_experts", moe->shared_ffn, LOC_SHARED);
+    xm_ir_value_t *sh =
+        build_swiglu(b, t, "mlp.shared_experts", moe->shared_ffn, true, LOC_SHARED);
     r = VAL(b, XM_OP_ADD, r->type, LOC_SHARED, r, sh);
   }
   if (moe->aux_alpha > 0) {
@@ -331,14 +351,15 @@ static xm_ir_value_t *build_moe(builder_t *b, xm_ir_value_t *hn) {
 static xm_ir_value_t *build_layer(builder_t *b, int64_t i, xm_ir_value_t *x) {
   b->layer = i;
   xm_ir_value_t *h = build_attention(b, x);
-  xm_ir_value_t *hn = layer_rmsnorm(b, h, "post_attention_layernorm.weight", b->H);
+  xm_ir_value_t *hn =
+      layer_rmsnorm(b, h, "post_attention_layernorm.weight", b->H, XM_ROLE_REPLICATED);
   xm_ir_value_t *f;
   const char *loc;
   if (xm_spec_layer_is_moe(b->spec, i)) {
     f = build_moe(b, hn);
     loc = LOC_EXPERTS;
   } else {
-    f = build_swiglu(b, hn, "mlp", b->spec->model.dense_ffn, LOC_DENSE);
+    f = build_swiglu(b, hn, "mlp", b->spec->model.dense_ffn, false, LOC_DENSE);
     loc = LOC_DENSE;
   }
   xm_ir_value_t *out = VAL(b, XM_OP_ADD, h->type, loc, h, f);
@@ -357,17 +378,19 @@ static void build_graph(builder_t *b) {
   const xm_model_spec_t *ms = &b->spec->model;
   xm_ir_value_t *tokens = build_input(b, "tokens");
   xm_ir_value_t *labels = build_input(b, "labels");
-  xm_ir_value_t *embed =
-      param_named(b, "model.embed_tokens.weight", "normal", 0.02, F32(ms->vocab, b->H), LOC_VOCAB);
+  xm_ir_value_t *embed = param_named(b, "model.embed_tokens.weight", XM_ROLE_REPLICATED, "normal",
+                                     0.02, F32(ms->vocab, b->H), LOC_VOCAB);
   xm_ir_value_t *x = VAL(b, XM_OP_EMBEDDING, F32(b->B, b->S, b->H), LOC_VOCAB, tokens, embed);
   for (int64_t i = 0; i < ms->layers; i++)
     x = build_layer(b, i, x);
 
-  xm_ir_value_t *wn = param_named(b, "model.norm.weight", "ones", -1, F32(b->H), LOC_NORM);
+  xm_ir_value_t *wn =
+      param_named(b, "model.norm.weight", XM_ROLE_REPLICATED, "ones", -1, F32(b->H), LOC_NORM);
   xm_ir_value_t *xn = rmsnorm(b, x, wn);
-  xm_ir_value_t *head = ms->tied_embeddings ? embed
-                                            : param_named(b, "lm_head.weight", "normal", 0.02,
-                                                          F32(ms->vocab, b->H), LOC_VOCAB);
+  xm_ir_value_t *head =
+      ms->tied_embeddings ? embed
+                          : param_named(b, "lm_head.weight", XM_ROLE_REPLICATED, "normal", 0.02,
+                                        F32(ms->vocab, b->H), LOC_VOCAB);
   xm_ir_value_t *logits = matmul(b, xn, head, LOC_VOCAB);
   xm_ir_value_t *ce = VAL(b, XM_OP_CROSS_ENTROPY, scalar_f32(), LOC_VOCAB, logits, labels);
   xm_ir_value_t *loss = ce;

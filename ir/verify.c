@@ -23,11 +23,12 @@
  * checked before they are used to index, so a broken module (parsed text,
  * a buggy pass) gives messages, never a crash.
  *
- * Collectives (the shard pass's ops, RBD) carry attrs group and
- * group_size and are typed per rank. Where a row count is data-dependent
- * (all_to_all, rbd_dispatch) the result's dim 0 is dynamic and its bound
- * is the op's own, like a reshape's type: the rule reads it, never derives
- * it. Count tables i32[P,L] are static with P = group_size.
+ * Collectives (the shard pass's ops, RBD) carry attrs group (a name of
+ * runtime/abi/groups.def) and group_size and are typed per rank. Where a
+ * row count is data-dependent (all_to_all, rbd_dispatch) the result's dim 0
+ * is dynamic and its bound is the op's own, like a reshape's type: the rule
+ * reads it, never derives it. Count tables i32[P,L] are static with
+ * P = group_size.
  *
  * The training ops (backward, state, optimizer) have their rules in
  * ir/verify_train.c, reached from apply_rule; the helpers they share with
@@ -42,6 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/abi/groups.h"
 
 /* ---- formatting -------------------------------------------------------- */
 
@@ -309,6 +312,14 @@ static void rule_reshape(rule_ctx_t *c, xm_ir_type_t *out) {
 
 static const char *const k_init_choices[] = {"normal", "ones", "zeros", NULL};
 
+/* ir/roles.def: how a parallel layout places a param (optional here; the
+ * shard pass requires it). */
+static const char *const k_role_choices[] = {
+#define XM_IR_ROLE(e, name, doc) name,
+#include "ir/roles.def"
+#undef XM_IR_ROLE
+    NULL};
+
 /* input, param, constant: the type is free; their attributes are not. */
 static void rule_source(rule_ctx_t *c) {
   switch (c->op->code) {
@@ -316,6 +327,7 @@ static void rule_source(rule_ctx_t *c) {
   case XM_OP_PARAM:
     attr_choice(c, "name", NULL, true);
     attr_choice(c, "init", k_init_choices, true);
+    attr_choice(c, "role", k_role_choices, false);
     attr_float(c, "std", false);
     attr_bool(c, "trainable", false);
     break;
@@ -588,11 +600,13 @@ static void rule_aux_loss(rule_ctx_t *c, xm_ir_type_t *out) {
 
 /* ---- rules: collectives ------------------------------------------------ */
 
-/* Mesh axis names (ir.h) plus the whole world. */
-static const char *const k_group_choices[] = {"dp", "tp", "ep", "edp", "sp", "node", "world", NULL};
-
-/* Which stage of an MoE layer an all_to_all carries (traffic accounting). */
-static const char *const k_traffic_choices[] = {"dispatch", "combine", NULL};
+/* The group names of runtime/abi/groups.def: the groups the runtime has a
+ * communicator for and the aliases naming their ranks ("sp"). */
+static const char *const k_group_choices[] = {
+#define XM_GROUP(e, name, rt, doc) name,
+#define XM_GROUP_ALIAS(e, name, rt, doc) name,
+#include "runtime/abi/groups.def"
+    NULL};
 
 /* Attributes group and group_size. `required` false: both may be absent
  * (adamw without ZeRO-1), but one without the other is reported. Returns
@@ -674,7 +688,11 @@ static void rule_resize_dim(rule_ctx_t *c, int64_t group_size, xm_ir_type_t *out
 /* rows x[N,H], send i32[P,L], recv i32[P,L] -> [?M,H], M bounded by the
  * result type. Rows may be of any dtype (ids travel too). */
 static void rule_all_to_all(rule_ctx_t *c, int64_t group_size, xm_ir_type_t *out) {
-  attr_choice(c, "traffic", k_traffic_choices, true);
+  /* The stage of an MoE layer it carries: a traffic phase of
+   * runtime/abi/groups.def that an all_to_all may name. */
+  const char *const traffic[] = {xm_rt_phase_kind_name(XM_RT_PHASE_DISPATCH),
+                                 xm_rt_phase_kind_name(XM_RT_PHASE_COMBINE), NULL};
+  attr_choice(c, "traffic", traffic, true);
   int e0 = c->errors;
   need_rank(c, 0, 2);
   need_counts(c, 1, group_size);

@@ -36,8 +36,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/layout.h"
 #include "ir/verify.h"
 #include "passes/pass.h"
+#include "runtime/abi/groups.h"
 
 #define LOC_STEP "/training/grad_clip"
 #define BIAS_SUFFIX "e_score_correction_bias"
@@ -53,6 +55,7 @@ typedef struct {
   const xm_ir_op_t *src; /* op whose loc and layer new ops take (NULL: step) */
   const char *phase;     /* phase of new ops */
   int64_t dp, tp, ep;    /* layout of a sharded module (module attrs par_*; 1 when absent) */
+  int64_t rpn;           /* its ranks per node (par_rpn; 0 when absent: unknown) */
 } ad_t;
 
 /* ---- emitting ---------------------------------------------------------- */
@@ -340,8 +343,11 @@ static void grad_comm(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
   case XM_OP_ALL_TO_ALL: { /* rows travel back: counts swap roles */
     if (!needs(a, x[0])) return;
     b = OP1(a, XM_OP_ALL_TO_ALL, x[0]->type, dy, x[2], x[1]);
-    const char *t = xm_ir_op_get_string(op, "traffic", "dispatch");
-    xm_ir_op_set_string(a->m, b, "traffic", strcmp(t, "dispatch") == 0 ? "combine" : "dispatch");
+    const char *dispatch = xm_rt_phase_kind_name(XM_RT_PHASE_DISPATCH);
+    const char *t = xm_ir_op_get_string(op, "traffic", dispatch);
+    xm_ir_op_set_string(a->m, b, "traffic",
+                        strcmp(t, dispatch) == 0 ? xm_rt_phase_kind_name(XM_RT_PHASE_COMBINE)
+                                                 : dispatch);
     break;
   }
   case XM_OP_SORT_CHUNKS:
@@ -542,14 +548,13 @@ static int emit_loads(ad_t *a, aux_free_t *out) {
 
 /* ---- the step of a sharded module ------------------------------------------ */
 
-/* Size of a named group under the module's layout. */
+/* Size of a named group (runtime/abi/groups.def) under the module's
+ * layout; 1 for a name the table does not have. */
 static int64_t group_size(const ad_t *a, const char *g) {
-  if (strcmp(g, "dp") == 0) return a->dp;
-  if (strcmp(g, "tp") == 0) return a->tp;
-  if (strcmp(g, "ep") == 0) return a->ep;
-  if (strcmp(g, "edp") == 0) return a->dp * a->tp / a->ep;
-  if (strcmp(g, "world") == 0) return a->dp * a->tp;
-  return 1;
+  xm_group_kind_t kind;
+  if (!xm_group_kind_from_name(g, &kind)) return 1;
+  xm_layout_t l = {.dp = a->dp, .tp = a->tp, .ep = a->ep, .ranks_per_node = a->rpn};
+  return xm_layout_group_size(&l, kind);
 }
 
 static void set_group(ad_t *a, xm_ir_op_t *op, const char *g) {
@@ -801,6 +806,7 @@ static xm_status_t autodiff_run(xm_ir_module_t *m, const xm_pass_options_t *opti
   a.dp = (pa = module_attr(m, "par_dp")) && pa->kind == XM_ATTR_INT && pa->i > 0 ? pa->i : 1;
   a.tp = (pa = module_attr(m, "par_tp")) && pa->kind == XM_ATTR_INT && pa->i > 0 ? pa->i : 1;
   a.ep = (pa = module_attr(m, "par_ep")) && pa->kind == XM_ATTR_INT && pa->i > 0 ? pa->i : 1;
+  a.rpn = (pa = module_attr(m, "par_rpn")) && pa->kind == XM_ATTR_INT && pa->i > 0 ? pa->i : 0;
   size_t nv = (size_t)a.num_vals + 1;
   a.needs = calloc(nv, sizeof *a.needs);
   a.grad = calloc(nv, sizeof *a.grad);

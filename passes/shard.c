@@ -18,10 +18,11 @@
  *    autodiff seeds dloss = 1/(grad_accum*dp) and sums gradients over dp.
  *  - Tensor parallelism (Megatron): q/k/v projections (and their biases),
  *    dense gate/up projections and, without SSMB, the shared experts' gate/up
- *    are split by output rows (column-parallel: the input goes through
- *    replicate, Megatron's f); o_proj and the down projections by input
- *    columns (row-parallel: the partial product goes through all_reduce,
- *    Megatron's g). Attention runs on heads/tp local heads. Shapes between
+ *    (roles tp_column, shared_column) are split by output rows
+ *    (column-parallel: the input goes through replicate, Megatron's f);
+ *    o_proj and the down projections (tp_row, shared_row) by input columns
+ *    (row-parallel: the partial product goes through all_reduce, Megatron's
+ *    g). Attention runs on heads/tp local heads. Shapes between
  *    the two are derived again from the operands; a reshape maps the split
  *    dim by matching the unsplit leading product.
  *  - SSMB: the router runs on all T tokens of the TP group (it is a
@@ -44,12 +45,17 @@
  *    the node) and the combine by rbd_combine (pre-reduced per rank and per
  *    node); both run in the runtime (runtime/moe/rbd_exec.h).
  *
- * Every param gets attrs for the later stages: split_group/split_dim when
- * it is a slice; reduce, the groups its gradient is summed over (dense: dp;
+ * Which of these a param gets is its attr role (ir/roles.def), set by the
+ * model builder; the pass never looks at a param's name, and a param
+ * without a known role is refused at its location: placing it by guess
+ * could train something other than the one-rank graph. Every param gets
+ * attrs for the later stages: split_group/split_dim when it is a slice;
+ * reduce, the groups its gradient is summed over (dense: dp;
  * slice-computed but replicated params such as shared experts under SSMB
  * and q/k head norms under TP: dp,tp; experts: edp); zero_group with ZeRO-1
  * (dp, or edp for experts). The module gets par_* ints and load_reduce (the
- * groups the aux-free load counts are summed over).
+ * groups the aux-free load counts are summed over). Group names are those
+ * of runtime/abi/groups.def (xm_group_kind_name).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -59,6 +65,7 @@
 #include "frontend/layout.h"
 #include "ir/verify.h"
 #include "passes/pass.h"
+#include "runtime/abi/groups.h"
 
 typedef struct {
   xm_ir_value_t *sc, *rc, *ltpe; /* send / recv counts [P,L], local tokens per expert */
@@ -109,17 +116,19 @@ static bool grow(sh_t *s) {
   return true;
 }
 
-static int64_t group_size(const sh_t *s, const char *g) {
-  if (strcmp(g, "dp") == 0) return s->dp;
-  if (strcmp(g, "tp") == 0) return s->tp;
-  if (strcmp(g, "ep") == 0) return s->ep;
-  if (strcmp(g, "edp") == 0) return s->dp * s->tp / s->ep;
-  return s->dp * s->tp;
+static int64_t group_size(const sh_t *s, xm_group_kind_t g) {
+  xm_layout_t l = {.dp = s->dp, .tp = s->tp, .ep = s->ep, .ranks_per_node = s->rpn};
+  return xm_layout_group_size(&l, g);
 }
 
-static void set_group(sh_t *s, xm_ir_op_t *op, const char *g) {
-  xm_ir_op_set_string(s->m, op, "group", g);
+static void set_group(sh_t *s, xm_ir_op_t *op, xm_group_kind_t g) {
+  xm_ir_op_set_string(s->m, op, "group", xm_group_kind_name(g));
   xm_ir_op_set_int(s->m, op, "group_size", group_size(s, g));
+}
+
+/* The attr traffic of an all_to_all: the phase its bytes count in. */
+static void set_traffic(sh_t *s, xm_ir_op_t *op, xm_rt_phase_t phase) {
+  xm_ir_op_set_string(s->m, op, "traffic", xm_rt_phase_kind_name(phase));
 }
 
 /* Appends an op like `near` (loc, layer) and moves it to position pos. */
@@ -154,78 +163,108 @@ static void redirect(sh_t *s, int pos, xm_ir_value_t *from, xm_ir_value_t *to,
   }
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t a = strlen(s), b = strlen(suffix);
-  return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 /* ---- parameters ---------------------------------------------------------- */
 
-static void split_param(sh_t *s, xm_ir_op_t *op, const char *group, int dim, int64_t parts) {
+/* Splits a param's dim `dim` over group g (tp or ep) of `parts` members. */
+static void split_param(sh_t *s, xm_ir_op_t *op, xm_group_kind_t g, int dim, int64_t parts) {
   xm_ir_value_t *v = op->results[0];
   if (parts <= 1) return;
   if (dim >= v->type.rank || v->type.dims[dim] % parts != 0) {
     xm_diag_add(s->diag, XM_DIAG_ERROR, NULL, op->loc[0] ? op->loc : NULL,
                 "param %s: dim %d (%lld) cannot be split %lld ways over %s",
                 xm_ir_op_get_string(op, "name", "?"), dim,
-                (long long)(dim < v->type.rank ? v->type.dims[dim] : 0), (long long)parts, group);
+                (long long)(dim < v->type.rank ? v->type.dims[dim] : 0), (long long)parts,
+                xm_group_kind_name(g));
     s->st = XM_ERR_INVALID_INPUT;
     return;
   }
   v->type.dims[dim] /= parts;
-  v->type.shard[dim] = strcmp(group, "tp") == 0 ? XM_AXIS_TP : XM_AXIS_EP;
-  xm_ir_op_set_string(s->m, op, "split_group", group);
+  v->type.shard[dim] = g == XM_GROUP_TP ? XM_AXIS_TP : XM_AXIS_EP;
+  xm_ir_op_set_string(s->m, op, "split_group", xm_group_kind_name(g));
   xm_ir_op_set_int(s->m, op, "split_dim", dim);
-  if (strcmp(group, "tp") == 0) s->tp_dim[v->id] = dim;
+  if (g == XM_GROUP_TP) s->tp_dim[v->id] = dim;
 }
 
 /* "dp,tp" without the groups of size 1. */
-static void reduce_list(const sh_t *s, const char *const *groups, int n, char *buf, size_t cap) {
+static void reduce_list(const sh_t *s, const xm_group_kind_t *groups, int n, char *buf,
+                        size_t cap) {
   buf[0] = '\0';
   for (int i = 0; i < n; i++) {
     if (group_size(s, groups[i]) <= 1) continue;
     size_t len = strlen(buf);
-    snprintf(buf + len, cap - len, "%s%s", len ? "," : "", groups[i]);
+    snprintf(buf + len, cap - len, "%s%s", len ? "," : "", xm_group_kind_name(groups[i]));
   }
 }
 
-static void shard_param(sh_t *s, xm_ir_op_t *op) {
-  const char *name = xm_ir_op_get_string(op, "name", "");
-  bool expert = strstr(name, ".mlp.experts.") != NULL;
-  bool shared = strstr(name, ".mlp.shared_experts.") != NULL;
-  bool tp_split_ok = !shared || !s->ssmb;
-  const char *groups[2] = {"dp", NULL};
-  int ng = 1;
-  const char *zero = "dp";
-
-  if (ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "self_attn.k_proj.weight") ||
-      ends_with(name, "self_attn.v_proj.weight") || ends_with(name, "self_attn.q_proj.bias") ||
-      ends_with(name, "self_attn.k_proj.bias") || ends_with(name, "self_attn.v_proj.bias")) {
-    split_param(s, op, "tp", 0, s->tp);
-  } else if (ends_with(name, "self_attn.o_proj.weight")) {
-    split_param(s, op, "tp", 1, s->tp);
-  } else if (ends_with(name, "self_attn.q_norm.weight") ||
-             ends_with(name, "self_attn.k_norm.weight")) {
-    groups[ng++] = "tp"; /* applied to this rank's heads only: partial gradient */
-  } else if (expert) {
-    split_param(s, op, "ep", 0, s->ep);
-    if (s->ssmb || s->tp == 1) {
-      groups[0] = "edp"; /* token-parallel ranks with the same experts */
-      zero = "edp";
+/* Every param has a known attr role, or each one that has not is reported
+ * at its location (before anything is rewritten). */
+static bool check_roles(const xm_ir_module_t *m, xm_diag_t *diag) {
+  bool ok = true;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    xm_ir_role_t role;
+    if (op->code != XM_OP_PARAM) continue;
+    const char *role_name = xm_ir_op_get_string(op, "role", NULL);
+    if (xm_ir_role_from_name(role_name, &role)) continue;
+    const char *name = xm_ir_op_get_string(op, "name", "?");
+    const char *loc = op->loc[0] ? op->loc : NULL;
+    if (role_name) {
+      char known[160] = "";
+      for (int r = 0; r < XM_ROLE_COUNT_; r++) {
+        size_t len = strlen(known);
+        snprintf(known + len, sizeof known - len, "%s%s", r ? ", " : "",
+                 xm_ir_role_name((xm_ir_role_t)r));
+      }
+      xm_diag_add(diag, XM_DIAG_ERROR, NULL, loc,
+                  "shard: op %d (param %s) has role \"%s\", which is none of %s (ir/roles.def)",
+                  i, name, role_name, known);
+    } else {
+      xm_diag_add(diag, XM_DIAG_ERROR, NULL, loc,
+                  "shard: op %d (param %s) has no attr role: the pass places every param by "
+                  "its role (ir/roles.def), which the model builder sets",
+                  i, name);
     }
-  } else if ((ends_with(name, ".gate_proj.weight") || ends_with(name, ".up_proj.weight")) &&
-             tp_split_ok) { /* dense FFN, and shared experts without SSMB */
-    split_param(s, op, "tp", 0, s->tp);
-  } else if (ends_with(name, ".down_proj.weight") && tp_split_ok) {
-    split_param(s, op, "tp", 1, s->tp);
-  } else if (shared && s->ssmb) {
-    groups[ng++] = "tp"; /* runs on this rank's token slice */
+    ok = false;
+  }
+  return ok;
+}
+
+static void shard_param(sh_t *s, xm_ir_op_t *op) {
+  xm_ir_role_t role = XM_ROLE_REPLICATED;
+  bool known = xm_ir_role_from_name(xm_ir_op_get_string(op, "role", NULL), &role);
+  XM_ASSERT(known); /* check_roles ran */
+  xm_group_kind_t groups[2] = {XM_GROUP_DP, XM_GROUP_DP};
+  int ng = 1;
+  xm_group_kind_t zero = XM_GROUP_DP;
+
+  switch (role) {
+  case XM_ROLE_REPLICATED: break;
+  case XM_ROLE_TP_COLUMN: split_param(s, op, XM_GROUP_TP, 0, s->tp); break;
+  case XM_ROLE_TP_ROW: split_param(s, op, XM_GROUP_TP, 1, s->tp); break;
+  case XM_ROLE_TP_PARTIAL:
+    groups[ng++] = XM_GROUP_TP; /* applied to this rank's heads only: partial gradient */
+    break;
+  case XM_ROLE_EXPERT:
+    split_param(s, op, XM_GROUP_EP, 0, s->ep);
+    if (s->ssmb || s->tp == 1) {
+      groups[0] = XM_GROUP_EDP; /* token-parallel ranks with the same experts */
+      zero = XM_GROUP_EDP;
+    }
+    break;
+  case XM_ROLE_SHARED_COLUMN:
+  case XM_ROLE_SHARED_ROW:
+    if (s->ssmb) /* runs whole on this rank's token slice */
+      groups[ng++] = XM_GROUP_TP;
+    else
+      split_param(s, op, XM_GROUP_TP, role == XM_ROLE_SHARED_COLUMN ? 0 : 1, s->tp);
+    break;
+  default: XM_ASSERT(!"role without a placement"); break;
   }
   char buf[64];
   reduce_list(s, groups, ng, buf, sizeof buf);
   if (buf[0]) xm_ir_op_set_string(s->m, op, "reduce", buf);
   if (s->zero && group_size(s, zero) > 1 && xm_ir_op_get_bool(op, "trainable", true))
-    xm_ir_op_set_string(s->m, op, "zero_group", zero);
+    xm_ir_op_set_string(s->m, op, "zero_group", xm_group_kind_name(zero));
 }
 
 /* ---- types --------------------------------------------------------------- */
@@ -319,7 +358,7 @@ static void retype(sh_t *s, xm_ir_op_t *op) {
 static xm_ir_value_t *replicated(sh_t *s, int *pos, xm_ir_op_t *user, xm_ir_value_t *x) {
   if (s->repl[x->id]) return s->repl[x->id];
   xm_ir_op_t *r = INSERT1(s, *pos, user, XM_OP_REPLICATE, x->type, x);
-  set_group(s, r, "tp");
+  set_group(s, r, XM_GROUP_TP);
   (*pos)++;
   s->repl[x->id] = r->results[0];
   s->tp_dim[r->results[0]->id] = -1;
@@ -333,7 +372,7 @@ static xm_ir_value_t *narrow_after(sh_t *s, int pos, xm_ir_op_t *near, xm_ir_val
   t.dims[0] /= s->tp;
   t.shard[0] = XM_AXIS_SP;
   xm_ir_op_t *n = INSERT1(s, pos, near, XM_OP_NARROW, t, x);
-  set_group(s, n, "tp");
+  set_group(s, n, XM_GROUP_TP);
   xm_ir_op_set_int(s->m, n, "dim", 0);
   s->sp[n->results[0]->id] = true;
   return n->results[0];
@@ -394,7 +433,7 @@ static void ep_dispatch(sh_t *s, int *pos, xm_ir_op_t *gather) {
     xm_ir_type_t rt[2] = {rows, i32_type(1, (int64_t[]){L})};
     xm_ir_op_t *d = insert_at(s, at++, gather, XM_OP_RBD_DISPATCH, 3,
                               OPS(gather->operands[0], perm->operands[0], perm->operands[1]), 2, rt);
-    set_group(s, d, "ep");
+    set_group(s, d, XM_GROUP_EP);
     xm_ir_op_set_int(s->m, d, "num_experts", E);
     xm_ir_op_set_int(s->m, d, "slot", s->slot++);
     mo->ltpe = d->results[1];
@@ -408,11 +447,11 @@ static void ep_dispatch(sh_t *s, int *pos, xm_ir_op_t *gather) {
                           ->results[0];
   xm_ir_type_t ct[2] = {i32_type(2, (int64_t[]){P, L}), i32_type(1, (int64_t[]){L})};
   xm_ir_op_t *ex = insert_at(s, at++, gather, XM_OP_EXCHANGE_COUNTS, 1, OPS(sc), 2, ct);
-  set_group(s, ex, "ep");
+  set_group(s, ex, XM_GROUP_EP);
   xm_ir_value_t *rc = ex->results[0];
   xm_ir_op_t *a2a = INSERT1(s, at++, gather, XM_OP_ALL_TO_ALL, rows, xs, sc, rc);
-  set_group(s, a2a, "ep");
-  xm_ir_op_set_string(s->m, a2a, "traffic", "dispatch");
+  set_group(s, a2a, XM_GROUP_EP);
+  set_traffic(s, a2a, XM_RT_PHASE_DISPATCH);
   xm_ir_op_t *so = INSERT1(s, at++, gather, XM_OP_SORT_CHUNKS, rows, a2a->results[0], rc);
   mo->sc = sc;
   mo->rc = rc;
@@ -432,7 +471,7 @@ static void ep_combine(sh_t *s, int *pos, xm_ir_op_t *comb) {
     xm_ir_type_t ct = comb->results[0]->type; /* [T,H] of this rank's (sliced) tokens */
     ct.dims[0] = comb->operands[2]->type.dims[0];
     xm_ir_op_t *c = INSERT1(s, at++, comb, XM_OP_RBD_COMBINE, ct, ye, comb->operands[2], mo->ltpe);
-    set_group(s, c, "ep");
+    set_group(s, c, XM_GROUP_EP);
     xm_ir_op_t *d = mo->ltpe->def;
     xm_ir_op_set_int(s->m, c, "slot", xm_ir_op_get_int(d, "slot", 0));
     s->sp[c->results[0]->id] = s->sp[comb->operands[2]->id];
@@ -445,8 +484,8 @@ static void ep_combine(sh_t *s, int *pos, xm_ir_op_t *comb) {
   xm_ir_op_t *un = INSERT1(s, at++, comb, XM_OP_UNSORT_CHUNKS, ye->type, ye, mo->rc);
   xm_ir_op_t *back = INSERT1(s, at++, comb, XM_OP_ALL_TO_ALL, mo->rows, un->results[0], mo->rc,
                              mo->sc);
-  set_group(s, back, "ep");
-  xm_ir_op_set_string(s->m, back, "traffic", "combine");
+  set_group(s, back, XM_GROUP_EP);
+  set_traffic(s, back, XM_RT_PHASE_COMBINE);
   xm_ir_op_set_operand(comb, 0, back->results[0]);
   *pos = at;
 }
@@ -477,7 +516,7 @@ static void visit(sh_t *s, int *pos) {
       t.dims[0] *= s->tp;
       t.shard[0] = XM_AXIS_NONE;
       xm_ir_op_t *g = INSERT1(s, *pos, op, XM_OP_ALL_GATHER, t, x);
-      set_group(s, g, "tp");
+      set_group(s, g, XM_GROUP_TP);
       xm_ir_op_set_int(s->m, g, "dim", 0);
       (*pos)++;
       xm_ir_op_set_operand(op, 0, g->results[0]);
@@ -504,7 +543,7 @@ static void visit(sh_t *s, int *pos) {
   if (op->code == XM_OP_MATMUL && s->tp > 1 && s->tp_dim[op->operands[1]->id] == 1) {
     xm_ir_value_t *y = op->results[0];
     xm_ir_op_t *ar = INSERT1(s, *pos + 1, op, XM_OP_ALL_REDUCE, y->type, y);
-    set_group(s, ar, "tp");
+    set_group(s, ar, XM_GROUP_TP);
     redirect(s, *pos + 2, y, ar->results[0], NULL, -1);
     (*pos)++;
   } else if (op->code == XM_OP_TOPK_ROUTE && s->ssmb && s->tp > 1) {
@@ -576,6 +615,7 @@ static xm_status_t shard_run(xm_ir_module_t *m, const xm_pass_options_t *options
       return XM_ERR_INVALID_INPUT;
     }
   }
+  if (!check_roles(m, diag)) return XM_ERR_INVALID_INPUT;
   s.orig_values = xm_ir_module_num_values(m);
   s.dead = calloc((size_t)xm_ir_module_num_ops(m) + 1, sizeof *s.dead);
   if (!grow(&s) || !s.dead) s.st = XM_ERR_NO_MEMORY;
@@ -603,7 +643,7 @@ static xm_status_t shard_run(xm_ir_module_t *m, const xm_pass_options_t *options
     xm_ir_module_set_int(m, "par_zero", s.zero);
     xm_ir_module_set_int(m, "par_rpn", s.rpn);
     char buf[64];
-    const char *groups[2] = {"dp", "tp"};
+    const xm_group_kind_t groups[2] = {XM_GROUP_DP, XM_GROUP_TP};
     reduce_list(&s, groups, s.ssmb ? 2 : 1, buf, sizeof buf);
     xm_ir_attr_t a = {.key = "load_reduce", .kind = XM_ATTR_STRING, .s = buf};
     xm_ir_module_set_attr(m, &a);

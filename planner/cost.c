@@ -171,8 +171,6 @@ static coll_t a2a_family(const xm_net_t *net, const family_t *f, double intra, d
 
 /* ---- the evaluation context ---------------------------------------------------- */
 
-enum { G_DP, G_TP, G_EP, G_EDP, G_COUNT };
-
 typedef struct {
   const xm_spec_t *s;
   const xm_net_t *net;
@@ -202,7 +200,9 @@ typedef struct {
   double rows_comp;      /* rows the expert GEMMs compute per rank (expected) */
   double fe_local;       /* expert FFN width per rank (TED splits it) */
   double imb;            /* measured routing: the busiest EP rank's rows / the mean (1: uniform) */
-  family_t fam[G_COUNT];
+  /* The groups of each kind, by the table's kinds (frontend/layout.h);
+   * only dp, tp, ep and edp are made, the others stay empty. */
+  family_t fam[XM_GROUP_COUNT];
 } cx_t;
 
 static void err(xm_diag_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -394,14 +394,14 @@ static xm_status_t setup(cx_t *c, const xm_spec_t *s, const xm_net_t *net,
   /* Group families. xmoec: TP consecutive, DP strided by tp, EP consecutive,
    * EDP strided by ep (frontend/layout.h). Baselines: EP over the DP ranks
    * of one TP index (stride tp), EDP the rest of those. */
-  family_make(net, 1, c->tp, c->tp, c->world / c->tp, 0, 1, &c->fam[G_TP]);
-  family_make(net, c->tp, c->dp, 1, c->tp, 0, 1, &c->fam[G_DP]);
+  family_make(net, 1, c->tp, c->tp, c->world / c->tp, 0, 1, &c->fam[XM_GROUP_TP]);
+  family_make(net, c->tp, c->dp, 1, c->tp, 0, 1, &c->fam[XM_GROUP_DP]);
   if (xm) {
-    family_make(net, 1, c->ep, c->ep, c->world / c->ep, 0, 1, &c->fam[G_EP]);
-    family_make(net, c->ep, c->world / c->ep, 1, c->ep, 0, 1, &c->fam[G_EDP]);
+    family_make(net, 1, c->ep, c->ep, c->world / c->ep, 0, 1, &c->fam[XM_GROUP_EP]);
+    family_make(net, c->ep, c->world / c->ep, 1, c->ep, 0, 1, &c->fam[XM_GROUP_EDP]);
   } else {
-    family_make(net, c->tp, c->ep, 1, c->tp, c->ep * c->tp, c->dp / c->ep, &c->fam[G_EP]);
-    family_make(net, c->ep * c->tp, c->dp / c->ep, 1, c->ep * c->tp, 0, 1, &c->fam[G_EDP]);
+    family_make(net, c->tp, c->ep, 1, c->tp, c->ep * c->tp, c->dp / c->ep, &c->fam[XM_GROUP_EP]);
+    family_make(net, c->ep * c->tp, c->dp / c->ep, 1, c->ep * c->tp, 0, 1, &c->fam[XM_GROUP_EDP]);
   }
   return XM_OK;
 }
@@ -456,49 +456,49 @@ static void attention_tensors(const cx_t *c, table_t *tb, double n) {
      * down projections and their norms whole. */
     double qk = (double)(m->qk_nope_head_dim + m->qk_rope_head_dim), hd = (double)c->heads;
     if (m->q_lora_rank > 0) {
-      add_tensor(c, tb, H * (double)m->q_lora_rank, n, -1, 1, G_DP, -1, G_DP, true);
-      add_tensor(c, tb, (double)m->q_lora_rank, n, -1, 1, G_DP, -1, G_DP, true);
-      add_tensor(c, tb, (double)m->q_lora_rank * hd * qk, n, G_TP, tp, G_DP, -1, G_DP, true);
+      add_tensor(c, tb, H * (double)m->q_lora_rank, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+      add_tensor(c, tb, (double)m->q_lora_rank, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+      add_tensor(c, tb, (double)m->q_lora_rank * hd * qk, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
     } else {
-      add_tensor(c, tb, H * hd * qk, n, G_TP, tp, G_DP, -1, G_DP, true);
+      add_tensor(c, tb, H * hd * qk, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
     }
-    add_tensor(c, tb, H * (double)(m->kv_lora_rank + m->qk_rope_head_dim), n, -1, 1, G_DP, -1, G_DP,
+    add_tensor(c, tb, H * (double)(m->kv_lora_rank + m->qk_rope_head_dim), n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP,
                true);
-    add_tensor(c, tb, (double)m->kv_lora_rank, n, -1, 1, G_DP, -1, G_DP, true);
+    add_tensor(c, tb, (double)m->kv_lora_rank, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
     add_tensor(c, tb, (double)m->kv_lora_rank * hd * (double)(m->qk_nope_head_dim + m->v_head_dim),
-               n, G_TP, tp, G_DP, -1, G_DP, true);
-    add_tensor(c, tb, hd * (double)m->v_head_dim * H, n, G_TP, tp, G_DP, -1, G_DP, true);
+               n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+    add_tensor(c, tb, hd * (double)m->v_head_dim * H, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
     return;
   }
   double qd = (double)(c->heads * c->D), kvd = (double)(c->kvh * c->D);
-  add_tensor(c, tb, qd * H, n, G_TP, tp, G_DP, -1, G_DP, true);
-  add_tensor(c, tb, kvd * H, 2 * n, G_TP, tp, G_DP, -1, G_DP, true);
+  add_tensor(c, tb, qd * H, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+  add_tensor(c, tb, kvd * H, 2 * n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
   if (m->attention_bias) {
-    add_tensor(c, tb, qd, n, G_TP, tp, G_DP, -1, G_DP, true);
-    add_tensor(c, tb, kvd, 2 * n, G_TP, tp, G_DP, -1, G_DP, true);
+    add_tensor(c, tb, qd, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+    add_tensor(c, tb, kvd, 2 * n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
   }
   if (m->qk_norm == XM_QK_NORM_HEAD) /* applied to this rank's heads: partial over TP */
-    add_tensor(c, tb, (double)c->D, 2 * n, -1, 1, G_DP, G_TP, G_DP, true);
+    add_tensor(c, tb, (double)c->D, 2 * n, -1, 1, XM_GROUP_DP, XM_GROUP_TP, XM_GROUP_DP, true);
   if (m->qk_norm == XM_QK_NORM_FULL) {
-    add_tensor(c, tb, qd, n, -1, 1, G_DP, -1, G_DP, true);
-    add_tensor(c, tb, kvd, n, -1, 1, G_DP, -1, G_DP, true);
+    add_tensor(c, tb, qd, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+    add_tensor(c, tb, kvd, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
   }
-  add_tensor(c, tb, H * qd, n, G_TP, tp, G_DP, -1, G_DP, true);
+  add_tensor(c, tb, H * qd, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
 }
 
 static void build_table(const cx_t *c, table_t *tb) {
   const xm_spec_t *s = c->s;
   double H = (double)c->H, tp = (double)c->tp, L = (double)c->L;
   tb->n = 0;
-  add_tensor(c, tb, (double)c->V * H, s->model.tied_embeddings ? 1 : 2, -1, 1, G_DP, -1, G_DP,
+  add_tensor(c, tb, (double)c->V * H, s->model.tied_embeddings ? 1 : 2, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP,
              true);
-  add_tensor(c, tb, H, 1 + 2 * L, -1, 1, G_DP, -1, G_DP, true); /* final + per-layer norms */
+  add_tensor(c, tb, H, 1 + 2 * L, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true); /* final + per-layer norms */
   attention_tensors(c, tb, L);
   if (c->Ldense > 0)
-    add_tensor(c, tb, (double)c->Fd * H, 3 * (double)c->Ldense, G_TP, tp, G_DP, -1, G_DP, true);
+    add_tensor(c, tb, (double)c->Fd * H, 3 * (double)c->Ldense, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
   if (c->Lmoe == 0) return;
   double n = (double)c->Lmoe;
-  add_tensor(c, tb, (double)c->E * H, n, -1, 1, G_DP, -1, G_DP, true); /* router */
+  add_tensor(c, tb, (double)c->E * H, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true); /* router */
   if (s->moe.aux_free_gamma > 0 || s->moe.scoring == XM_SCORING_SIGMOID)
     add_tensor(c, tb, (double)c->E, n, -1, 1, -1, -1, -1, false); /* correction bias */
   /* Routed experts: sliced over EP (and over TP for TED); summed over the
@@ -506,22 +506,22 @@ static void build_table(const cx_t *c, table_t *tb) {
   int mats = s->moe.activation == XM_ACT_GELU ? 2 : 3;
   bool edp = !c->pft || c->ssmb || c->tp == 1;
   double parts = (double)c->ep * (c->ted ? tp : 1);
-  int rg = edp ? G_EDP : G_DP;
+  int rg = edp ? XM_GROUP_EDP : XM_GROUP_DP;
   if (c->ep > 1 || c->ted) {
-    add_tensor(c, tb, (double)c->E * (double)c->Fe * H, mats * n, c->ep > 1 ? G_EP : G_TP, parts,
+    add_tensor(c, tb, (double)c->E * (double)c->Fe * H, mats * n, c->ep > 1 ? XM_GROUP_EP : XM_GROUP_TP, parts,
                rg, -1, rg, true);
   } else {
     add_tensor(c, tb, (double)c->E * (double)c->Fe * H, mats * n, -1, 1, rg, -1, rg, true);
   }
   if (c->Fs > 0) {
     if (c->shared_split || c->ted)
-      add_tensor(c, tb, (double)c->Fs * H, 3 * n, G_TP, tp, G_DP, -1, G_DP, true);
+      add_tensor(c, tb, (double)c->Fs * H, 3 * n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
     else if (c->ssmb) /* computed on this rank's token slice: partial over TP */
-      add_tensor(c, tb, (double)c->Fs * H, 3 * n, -1, 1, G_DP, G_TP, G_DP, true);
+      add_tensor(c, tb, (double)c->Fs * H, 3 * n, -1, 1, XM_GROUP_DP, XM_GROUP_TP, XM_GROUP_DP, true);
     else
-      add_tensor(c, tb, (double)c->Fs * H, 3 * n, -1, 1, G_DP, -1, G_DP, true);
+      add_tensor(c, tb, (double)c->Fs * H, 3 * n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
   }
-  if (s->moe.shared_expert_gate) add_tensor(c, tb, H, n, -1, 1, G_DP, -1, G_DP, true);
+  if (s->moe.shared_expert_gate) add_tensor(c, tb, H, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
@@ -719,7 +719,7 @@ static void add_coll(double *intra, double *inter, coll_t cl, double times) {
 static void dispatch_comm(const cx_t *c, const xm_cost_routing_t *rt, bool recompute_fwd,
                           comm_t *cm) {
   if (c->Lmoe == 0 || c->ep < 2) return;
-  const family_t *f = &c->fam[G_EP];
+  const family_t *f = &c->fam[XM_GROUP_EP];
   double H = (double)c->H, k = (double)c->k, ab = c->ab, P = (double)c->ep;
   double ngroups = (double)f->groups, layers = (double)c->Lmoe;
   /* Same-node share of a member's peers, averaged over the EP groups. */
@@ -778,7 +778,7 @@ static void dispatch_comm(const cx_t *c, const xm_cost_routing_t *rt, bool recom
 /* Tensor-parallel all-reduces and SSMB / TED gathers of one micro-batch. */
 static void tp_comm(const cx_t *c, bool recompute_fwd, comm_t *cm) {
   if (c->tp < 2) return;
-  const family_t *f = &c->fam[G_TP];
+  const family_t *f = &c->fam[XM_GROUP_TP];
   double T = (double)c->T, H = (double)c->H, ab = c->ab, k = (double)c->k;
   double fwd_times = recompute_fwd ? 2 : 1;
   coll_t ar = ring_family(c->net, f, XM_NET_ALL_REDUCE, T * H * ab);
@@ -818,8 +818,8 @@ static void tp_comm(const cx_t *c, bool recompute_fwd, comm_t *cm) {
  * of one optimizer step. Bytes per tensor, exactly as the runtime counts
  * them; time in buckets (one ring per group and kind). */
 static void step_comm(const cx_t *c, const table_t *tb, comm_t *cm) {
-  double ar_bytes[G_COUNT] = {0}, rs_bytes[G_COUNT] = {0};
-  bool norm_seen[G_COUNT + 1][G_COUNT + 1];
+  double ar_bytes[XM_GROUP_COUNT] = {0}, rs_bytes[XM_GROUP_COUNT] = {0};
+  bool norm_seen[XM_GROUP_COUNT + 1][XM_GROUP_COUNT + 1];
   memset(norm_seen, 0, sizeof norm_seen);
   for (int i = 0; i < tb->n; i++) {
     const tensor_t *t = &tb->t[i];
@@ -843,8 +843,8 @@ static void step_comm(const cx_t *c, const table_t *tb, comm_t *cm) {
   }
   /* The global gradient norm: one fp32 partial sum per (split, zero) pair,
    * all-reduced over each of the two groups. */
-  for (int s = 0; s <= G_COUNT; s++)
-    for (int z = 0; z <= G_COUNT; z++) {
+  for (int s = 0; s <= XM_GROUP_COUNT; s++)
+    for (int z = 0; z <= XM_GROUP_COUNT; z++) {
       if (!norm_seen[s][z]) continue;
       int gs[2] = {s - 1, z - 1};
       for (int j = 0; j < 2; j++) {
@@ -857,7 +857,7 @@ static void step_comm(const cx_t *c, const table_t *tb, comm_t *cm) {
   /* Aux-free load counters: int32 [E] per MoE layer over dp (and tp
    * under SSMB). */
   if (c->Lmoe > 0 && c->s->moe.aux_free_gamma > 0) {
-    int lg[2] = {G_DP, c->ssmb ? G_TP : -1};
+    int lg[2] = {XM_GROUP_DP, c->ssmb ? XM_GROUP_TP : -1};
     for (int j = 0; j < 2; j++) {
       if (lg[j] < 0 || group_size(c, lg[j]) < 2) continue;
       coll_t cl = ring_family(c->net, &c->fam[lg[j]], XM_NET_ALL_REDUCE, (double)c->E * 4);
@@ -866,7 +866,7 @@ static void step_comm(const cx_t *c, const table_t *tb, comm_t *cm) {
     }
   }
   /* Time: each group's gradients in one bucketed ring. */
-  for (int g = 0; g < G_COUNT; g++) {
+  for (int g = 0; g < XM_GROUP_COUNT; g++) {
     if (ar_bytes[g] > 0)
       cm->t_reduce += ring_family(c->net, &c->fam[g], XM_NET_ALL_REDUCE, ar_bytes[g]).seconds;
     if (rs_bytes[g] > 0) {

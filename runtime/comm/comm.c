@@ -25,18 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_group_names[XM_RT_GROUP_COUNT] = {"world", "dp",  "tp",
-                                                             "ep",    "edp", "node"};
-static const char *const k_phase_names[XM_RT_PHASE_COUNT] = {
-    "dispatch", "combine", "all_reduce", "all_gather", "reduce_scatter", "other"};
+/* The names come from runtime/abi/groups.def, as the compiler's do. */
+const char *xm_rt_group_name(xm_rt_group_kind_t kind) { return xm_rt_group_kind_name(kind); }
 
-const char *xm_rt_group_name(xm_rt_group_kind_t kind) {
-  return (unsigned)kind < XM_RT_GROUP_COUNT ? k_group_names[kind] : "?";
-}
-
-const char *xm_rt_phase_name(xm_rt_phase_t phase) {
-  return (unsigned)phase < XM_RT_PHASE_COUNT ? k_phase_names[phase] : "?";
-}
+const char *xm_rt_phase_name(xm_rt_phase_t phase) { return xm_rt_phase_kind_name(phase); }
 
 /* ---- layout ---- */
 

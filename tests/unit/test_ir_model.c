@@ -1,7 +1,8 @@
 /* tests/unit/test_ir_model.c — the forward graph built from a spec
  * (ir/model.c): op counts, parameter names and shapes against the Hugging
- * Face layout, parameter totals computed by hand, routing variants,
- * capacity's dynamic dims, locations, refusals, and the verifier's verdict.
+ * Face layout, parameter totals computed by hand, the parameters' roles,
+ * routing variants, capacity's dynamic dims, locations, refusals, and the
+ * verifier's verdict.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -533,6 +534,112 @@ static void expect_unsupported(const xm_spec_t *s, const char *place, const char
   xm_diag_free(&d);
 }
 
+/* The role of param `name` (ir/roles.def), failing when it has none. */
+static const char *role_of(const xm_ir_module_t *m, const char *name) {
+  xm_ir_op_t *op = find_param(m, name);
+  if (!op) fprintf(stderr, "missing param %s\n", name);
+  assert_non_null(op);
+  const char *role = xm_ir_op_get_string(op, "role", NULL);
+  if (!role) fprintf(stderr, "param %s has no role\n", name);
+  assert_non_null(role);
+  return role;
+}
+
+/* Every param of m carries a role of ir/roles.def. */
+static void expect_all_roles(const xm_ir_module_t *m) {
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code != XM_OP_PARAM) continue;
+    xm_ir_role_t r = XM_ROLE_COUNT_;
+    const char *role = xm_ir_op_get_string(op, "role", NULL);
+    if (!xm_ir_role_from_name(role, &r))
+      fprintf(stderr, "param %s: role %s\n", xm_ir_op_get_string(op, "name", "?"),
+              role ? role : "(none)");
+    assert_true(xm_ir_role_from_name(role, &r));
+    assert_string_equal(xm_ir_role_name(r), role);
+  }
+}
+
+/* The builder says how each param is placed (the shard pass reads only
+ * this): the roles of ir/roles.def for every kind of param it builds. */
+static void test_param_roles(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.model.attention_bias = true;
+  s.model.qk_norm = XM_QK_NORM_HEAD;
+  s.moe.aux_free_gamma = 0.001;
+  xm_ir_module_t *m = build_ok(&s);
+  expect_all_roles(m);
+  const char *const replicated[] = {"model.embed_tokens.weight",
+                                    "model.layers.0.input_layernorm.weight",
+                                    "model.layers.1.post_attention_layernorm.weight",
+                                    "model.layers.1.mlp.gate.weight",
+                                    "model.layers.2.mlp.gate.e_score_correction_bias",
+                                    "model.norm.weight",
+                                    "lm_head.weight"};
+  for (size_t i = 0; i < sizeof replicated / sizeof replicated[0]; i++)
+    assert_string_equal(role_of(m, replicated[i]), "replicated");
+  const char *const column[] = {"model.layers.0.self_attn.q_proj.weight",
+                                "model.layers.0.self_attn.k_proj.weight",
+                                "model.layers.2.self_attn.v_proj.weight",
+                                "model.layers.0.self_attn.q_proj.bias",
+                                "model.layers.1.self_attn.k_proj.bias",
+                                "model.layers.2.self_attn.v_proj.bias",
+                                "model.layers.0.mlp.gate_proj.weight",
+                                "model.layers.0.mlp.up_proj.weight"};
+  for (size_t i = 0; i < sizeof column / sizeof column[0]; i++)
+    assert_string_equal(role_of(m, column[i]), "tp_column");
+  assert_string_equal(role_of(m, "model.layers.1.self_attn.o_proj.weight"), "tp_row");
+  assert_string_equal(role_of(m, "model.layers.0.mlp.down_proj.weight"), "tp_row");
+  assert_string_equal(role_of(m, "model.layers.0.self_attn.q_norm.weight"), "tp_partial");
+  assert_string_equal(role_of(m, "model.layers.2.self_attn.k_norm.weight"), "tp_partial");
+  assert_string_equal(role_of(m, "model.layers.1.mlp.experts.{e}.gate_proj.weight"), "expert");
+  assert_string_equal(role_of(m, "model.layers.1.mlp.experts.{e}.up_proj.weight"), "expert");
+  assert_string_equal(role_of(m, "model.layers.2.mlp.experts.{e}.down_proj.weight"), "expert");
+  assert_string_equal(role_of(m, "model.layers.1.mlp.shared_experts.gate_proj.weight"),
+                      "shared_column");
+  assert_string_equal(role_of(m, "model.layers.2.mlp.shared_experts.up_proj.weight"),
+                      "shared_column");
+  assert_string_equal(role_of(m, "model.layers.2.mlp.shared_experts.down_proj.weight"),
+                      "shared_row");
+  xm_ir_module_destroy(m);
+
+  /* The other variants: full q/k norms, GELU experts, tied embeddings, a
+   * dense model. */
+  s = tiny_spec();
+  s.model.qk_norm = XM_QK_NORM_FULL;
+  s.moe.activation = XM_ACT_GELU;
+  s.model.tied_embeddings = true;
+  m = build_ok(&s);
+  expect_all_roles(m);
+  assert_string_equal(role_of(m, "model.layers.1.self_attn.q_norm.weight"), "tp_partial");
+  assert_string_equal(role_of(m, "model.layers.1.mlp.experts.{e}.up_proj.weight"), "expert");
+  xm_ir_module_destroy(m);
+  s = tiny_spec();
+  s.moe.experts = 0;
+  s.moe.top_k = 0;
+  s.moe.shared_experts = 0;
+  s.moe.shared_ffn = 0;
+  s.moe.expert_ffn = 0;
+  s.model.first_k_dense = 0;
+  m = build_ok(&s);
+  expect_all_roles(m);
+  assert_string_equal(role_of(m, "model.layers.2.mlp.gate_proj.weight"), "tp_column");
+  assert_string_equal(role_of(m, "model.layers.2.mlp.down_proj.weight"), "tp_row");
+  xm_ir_module_destroy(m);
+
+  /* Names and values of the role table agree both ways. */
+  for (int r = 0; r < XM_ROLE_COUNT_; r++) {
+    xm_ir_role_t back;
+    assert_true(xm_ir_role_from_name(xm_ir_role_name((xm_ir_role_t)r), &back));
+    assert_int_equal(back, r);
+  }
+  xm_ir_role_t none;
+  assert_false(xm_ir_role_from_name("tp_col", &none));
+  assert_false(xm_ir_role_from_name(NULL, &none));
+  assert_string_equal(xm_ir_role_name(XM_ROLE_COUNT_), "?");
+}
+
 static void test_mla_unsupported(void **state) {
   (void)state;
   xm_spec_t s = tiny_spec();
@@ -571,6 +678,7 @@ int main(void) {
       cmocka_unit_test(test_attention_bias),
       cmocka_unit_test(test_dense_only),
       cmocka_unit_test(test_unnamed_and_single_layer),
+      cmocka_unit_test(test_param_roles),
       cmocka_unit_test(test_mla_unsupported),
       cmocka_unit_test(test_shared_gate_unsupported),
   };

@@ -1,5 +1,6 @@
-/* tests/unit/test_layout.c — layout legality (frontend/layout.c) and the
- * rank-group formulas of docs/parallelism.md.
+/* tests/unit/test_layout.c — layout legality (frontend/layout.c), the
+ * rank-group formulas of docs/parallelism.md, and the group table
+ * (runtime/abi/groups.def) against the enums and names built from it.
  *
  * Legality is table-driven: each case is a small spec (the tiny sample with
  * a field changed), a layout, where it came from, and the exact diagnostics
@@ -18,6 +19,8 @@
 
 #include "frontend/layout.h"
 #include "frontend/spec.h"
+#include "runtime/abi/groups.h"
+#include "runtime/comm/comm.h"
 
 typedef enum {
   BASE_TINY,
@@ -507,12 +510,106 @@ static void test_group_properties(void **state) {
   }
 }
 
+/* The table's rows, the compiler's kinds, the runtime's kinds and every
+ * name function agree: values, names both ways, aliases, counts. */
+static void test_group_table(void **state) {
+  (void)state;
+  int groups = 0, layout_only = 0, phases = 0;
+  xm_group_kind_t k;
+#define XM_GROUP(e, name, rt, doc)                                                                 \
+  do {                                                                                             \
+    assert_int_equal(XM_GROUP_##e, groups);                                                        \
+    assert_int_equal(XM_RT_GROUP_##e, groups);                                                     \
+    assert_int_equal(rt, XM_RT_GROUP_##e);                                                         \
+    assert_string_equal(xm_group_kind_name(XM_GROUP_##e), name);                                   \
+    assert_string_equal(xm_rt_group_kind_name(rt), name);                                          \
+    assert_string_equal(xm_rt_group_name(rt), name);                                               \
+    assert_true(xm_group_kind_from_name(name, &k));                                                \
+    assert_int_equal(k, XM_GROUP_##e);                                                             \
+    assert_true(doc[0] != '\0');                                                                   \
+    groups++;                                                                                      \
+  } while (0);
+#define XM_GROUP_ALIAS(e, name, rt, doc)                                                           \
+  do {                                                                                             \
+    assert_true(xm_group_kind_from_name(name, &k));                                                \
+    assert_int_equal(k, rt);                                                                       \
+    assert_string_not_equal(xm_group_kind_name(k), name);                                          \
+    assert_true(doc[0] != '\0');                                                                   \
+  } while (0);
+#define XM_GROUP_LAYOUT(e, name, doc)                                                              \
+  do {                                                                                             \
+    assert_int_equal(XM_GROUP_##e, XM_RT_GROUP_COUNT + layout_only);                               \
+    assert_string_equal(xm_group_kind_name(XM_GROUP_##e), name);                                   \
+    assert_true(xm_group_kind_from_name(name, &k));                                                \
+    assert_int_equal(k, XM_GROUP_##e);                                                             \
+    assert_true(doc[0] != '\0');                                                                   \
+    layout_only++;                                                                                 \
+  } while (0);
+#define XM_PHASE(e, name, doc)                                                                     \
+  do {                                                                                             \
+    assert_int_equal(XM_RT_PHASE_##e, phases);                                                     \
+    assert_string_equal(xm_rt_phase_kind_name(XM_RT_PHASE_##e), name);                             \
+    assert_string_equal(xm_rt_phase_name(XM_RT_PHASE_##e), name);                                  \
+    assert_true(doc[0] != '\0');                                                                   \
+    phases++;                                                                                      \
+  } while (0);
+#include "runtime/abi/groups.def"
+  assert_int_equal(groups, XM_RT_GROUP_COUNT);
+  assert_int_equal(groups + layout_only, XM_GROUP_COUNT);
+  assert_int_equal(phases, XM_RT_PHASE_COUNT);
+  /* "sp" is the IR's name for the TP group's ranks (an SSMB block's
+   * sequence shard). */
+  assert_true(xm_group_kind_from_name("sp", &k));
+  assert_int_equal(k, XM_GROUP_TP);
+  k = XM_GROUP_DP;
+  assert_false(xm_group_kind_from_name("pp", &k));
+  assert_false(xm_group_kind_from_name(NULL, &k));
+  assert_int_equal(k, XM_GROUP_DP);
+  assert_string_equal(xm_rt_group_kind_name(XM_RT_GROUP_COUNT), "?");
+  assert_string_equal(xm_rt_phase_kind_name(XM_RT_PHASE_COUNT), "?");
+}
+
+/* xm_layout_group_size is the size of every group of a kind (the largest
+ * for ep_node), and the world group is every rank. */
+static void test_group_sizes(void **state) {
+  (void)state;
+  const int64_t shapes[][4] = {{1, 1, 1, 0}, {4, 2, 2, 4}, {6, 1, 3, 2}, {2, 4, 8, 8}, {3, 2, 3, 0}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    xm_layout_t l = {shapes[i][0], shapes[i][1], shapes[i][2], false, false, 0, shapes[i][3]};
+    int64_t world = xm_layout_world(&l);
+    for (int kind = 0; kind < XM_GROUP_COUNT; kind++) {
+      int64_t largest = 0;
+      for (int64_t r = 0; r < world; r++) {
+        int64_t n = xm_layout_group(&l, kind, r).size;
+        if (kind != XM_GROUP_EP_NODE) assert_int_equal(n, xm_layout_group_size(&l, kind));
+        if (n > largest) largest = n;
+      }
+      assert_int_equal(largest, xm_layout_group_size(&l, kind));
+    }
+    for (int64_t r = 0; r < world; r++) {
+      xm_group_t g = xm_layout_group(&l, XM_GROUP_WORLD, r);
+      assert_int_equal(g.first, 0);
+      assert_int_equal(g.stride, 1);
+      assert_int_equal(g.size, world);
+      assert_int_equal(g.index, r);
+      assert_int_equal(g.color, 0);
+    }
+  }
+  xm_layout_t l = {4, 2, 2, false, false, 0, 4};
+  assert_int_equal(xm_layout_group_size(&l, XM_GROUP_DP), 4);
+  assert_int_equal(xm_layout_group_size(&l, XM_GROUP_EDP), 4);
+  assert_int_equal(xm_layout_group_size(&l, XM_GROUP_NODE), 4);
+  l.ranks_per_node = 0; /* unknown: one node */
+  assert_int_equal(xm_layout_group_size(&l, XM_GROUP_NODE), 8);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_legality_table),     cmocka_unit_test(test_from_spec),
       cmocka_unit_test(test_groups_dp4_tp2_ep2), cmocka_unit_test(test_groups_dp2_tp2_ep2),
       cmocka_unit_test(test_groups_ep4_on_4),    cmocka_unit_test(test_groups_straddling_ep),
-      cmocka_unit_test(test_group_properties),
+      cmocka_unit_test(test_group_properties),   cmocka_unit_test(test_group_table),
+      cmocka_unit_test(test_group_sizes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

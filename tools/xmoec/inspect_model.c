@@ -34,6 +34,7 @@
 #include "frontend/spec.h"
 #include "ir/text.h"
 #include "ir/verify.h"
+#include "runtime/abi/groups.h"
 #include "support/sha256.h"
 #include "tools/xmoec/inspect.h"
 
@@ -55,10 +56,15 @@ const char *xm_inspect_phase_name(xm_ins_phase_t p) {
   return p < XM_INS_PHASES ? names[p] : "?";
 }
 
+/* The classes are the runtime's traffic phases (runtime/abi/groups.def),
+ * in the same order, so a class prints as the phase's name. */
+#define XM_PHASE(e, name, doc)                                                                     \
+  _Static_assert((int)XM_INS_##e == (int)XM_RT_PHASE_##e, "XM_INS_" #e " is not a phase");
+#include "runtime/abi/groups.def"
+_Static_assert((int)XM_INS_CLASSES == (int)XM_RT_PHASE_COUNT, "a class is not a phase");
+
 const char *xm_inspect_class_name(xm_ins_class_t c) {
-  static const char *const names[] = {"dispatch",   "combine",        "all_reduce",
-                                      "all_gather", "reduce_scatter", "other"};
-  return c < XM_INS_CLASSES ? names[c] : "?";
+  return c < XM_INS_CLASSES ? xm_rt_phase_kind_name((xm_rt_phase_t)c) : "?";
 }
 
 void xm_inspect_put_bytes(xm_strbuf_t *out, double bytes) {
@@ -327,27 +333,11 @@ static void expected_rows(ctx_t *c) {
 
 /* ---- compute ----------------------------------------------------------- */
 
-/* The accumulate that codegen/c_program.c folds into the weight-gradient
- * GEMM producing its operand (same rule as compute_acc_fusion there): it
- * runs no code of its own, so it costs nothing here. */
+/* An accumulate the fold-accumulate pass folded into the weight-gradient
+ * GEMM producing its operand (attr folded): it runs no code of its own, so
+ * it costs nothing here. */
 static bool fused_accumulate(const xm_ir_op_t *op) {
-  if (op->code != XM_OP_ACCUMULATE || op->num_operands != 2) return false;
-  if (strcmp(xm_ir_op_get_string(op, "phase", "fwd"), "step") == 0) return false;
-  const xm_ir_value_t *acc = op->operands[0], *dw = op->operands[1];
-  const xm_ir_op_t *def = dw->def;
-  if (!def ||
-      (def->code != XM_OP_MATMUL_DW && def->code != XM_OP_GROUPED_MATMUL_DW &&
-       def->code != XM_OP_GATHER_GROUPED_MATMUL_DW &&
-       def->code != XM_OP_GROUPED_MATMUL_COMBINE_DW) ||
-      dw->index != 0 || dw->num_uses != 1 || !acc->def || acc->def->code != XM_OP_STATE)
-    return false;
-  if (acc->type.dtype != XM_DT_F32 || dw->type.dtype != XM_DT_F32) return false;
-  if (xm_ir_type_numel(&acc->type) != xm_ir_type_numel(&dw->type) ||
-      xm_ir_type_numel(&dw->type) <= 0)
-    return false;
-  for (int d = 0; d < dw->type.rank; d++)
-    if (dw->type.dynamic[d]) return false;
-  return true;
+  return op->code == XM_OP_ACCUMULATE && xm_ir_op_get_bool(op, "folded", false);
 }
 
 /* FLOPs per element of the result (elementwise and normalisation ops). */
@@ -452,25 +442,14 @@ static void compute_cost(const ctx_t *c, xm_ins_op_t *o) {
 
 /* ---- collectives ------------------------------------------------------- */
 
-/* Group of rank 0 for an op's group name ("sp" is the TP group). */
+/* Group of rank 0 for an op's group name (runtime/abi/groups.def; an
+ * alias such as "sp" is the group whose ranks it names). */
 static bool group_of(const xm_inspect_t *ins, const char *name, xm_net_group_t *g) {
-  static const struct {
-    const char *name;
-    xm_group_kind_t kind;
-  } k[] = {{"dp", XM_GROUP_DP},          {"tp", XM_GROUP_TP},   {"sp", XM_GROUP_TP},
-           {"ep", XM_GROUP_EP},          {"edp", XM_GROUP_EDP}, {"node", XM_GROUP_NODE},
-           {"ep_node", XM_GROUP_EP_NODE}};
-  if (name && strcmp(name, "world") == 0) {
-    *g = (xm_net_group_t){0, 1, ins->world};
-    return true;
-  }
-  for (size_t i = 0; name && i < sizeof k / sizeof k[0]; i++)
-    if (strcmp(k[i].name, name) == 0) {
-      xm_group_t x = xm_layout_group(&ins->layout, k[i].kind, 0);
-      *g = (xm_net_group_t){x.first, x.stride, x.size};
-      return true;
-    }
-  return false;
+  xm_group_kind_t kind;
+  if (!xm_group_kind_from_name(name, &kind)) return false;
+  xm_group_t x = xm_layout_group(&ins->layout, kind, 0);
+  *g = (xm_net_group_t){x.first, x.stride, x.size};
+  return true;
 }
 
 static int64_t node_of(const xm_inspect_t *ins, int64_t rank) { return rank / ins->rpn; }
@@ -566,9 +545,9 @@ static void comm_cost(const ctx_t *c, xm_ins_op_t *o) {
     } else {
       per_peer = o->payload / P; /* uniform: an even share to every member */
       const char *tr = xm_ir_op_get_string(op, "traffic", "");
-      cls = strcmp(tr, "dispatch") == 0  ? XM_INS_DISPATCH
-            : strcmp(tr, "combine") == 0 ? XM_INS_COMBINE
-                                         : XM_INS_OTHER;
+      cls = strcmp(tr, xm_inspect_class_name(XM_INS_DISPATCH)) == 0  ? XM_INS_DISPATCH
+            : strcmp(tr, xm_inspect_class_name(XM_INS_COMBINE)) == 0 ? XM_INS_COMBINE
+                                                                     : XM_INS_OTHER;
     }
     o->sent_intra = per_peer * same;
     o->sent_inter = per_peer * other;
