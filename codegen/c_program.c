@@ -88,6 +88,7 @@ typedef struct {
   xm_status_t st;     /* first error; emission goes on to report more */
   int *rows_src;      /* value id -> id of the permute indices bounding dim 0, or -1 */
   int *acc_of;        /* value id -> the accumulate op (index) fused into its GEMM, or -1 */
+  int *host_of;       /* value id -> the host_read op (index) that reads it, or -1 */
   int op_index;       /* op being emitted, for messages */
   char ring[RING][128];
   int ring_next;
@@ -391,18 +392,53 @@ static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
 }
 
 /* The permute and its bound check. */
+/* The permute runs on the device; its row count reaches the host through
+ * the host_read (rows) that follows it (emit_host_read). */
 static void emit_permute(gen_t *g, const xm_ir_op_t *op) {
-  int id = OUT(0)->id;
-  int64_t T = dim(IN(0), 0), k = dim(IN(0), 1), bound = dim(OUT(0), 0);
-  EMIT("int64_t n_%d = xm_k_permute(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ");", id,
-       A(0), A(1), R(0), R(1), R(2), T, k, iattr(g, op, "num_experts"),
-       xm_ir_op_get_int(op, "capacity", 0));
-  EMIT("if (n_%d < 0 || n_%d > " I64 ")", id, id, bound);
-  xm_emit_indent(&g->e);
-  EMIT("xm_rt_fail(x, \"op %d permute: %%lld routed rows, outside the bound " I64
-       " the memory plan reserved\", (long long)n_%d);",
-       g->op_index, bound, id);
-  xm_emit_dedent(&g->e);
+  int64_t T = dim(IN(0), 0), k = dim(IN(0), 1);
+  if (g->host_of[OUT(2)->id] < 0)
+    gen_error(g, op, XM_ERR_INTERNAL,
+              "%s: no host_read of its tokens_per_expert, so the host cannot size the kernels "
+              "after it (run host-reads)%s",
+              NULL);
+  EMIT("(void)xm_k_permute(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ");", A(0), A(1),
+       R(0), R(1), R(2), T, k, iattr(g, op, "num_experts"), xm_ir_op_get_int(op, "capacity", 0));
+}
+
+/* host_read: the explicit copy of a device value the host needs, and what
+ * the host does with it. rows: n_<id> (id of the permute's first result,
+ * the name count() and routed_n() use) is the sum of the table, checked
+ * against the bound the memory plan reserved; norm_sq: h_<id> for the
+ * adamw ops; the losses: the exec state's fields the driver logs. */
+static void emit_host_read(gen_t *g, const xm_ir_op_t *op) {
+  const char *as = xm_ir_op_get_string(op, "as", "");
+  const xm_ir_value_t *v = IN(0);
+  if (strcmp(as, "rows") == 0) {
+    const xm_ir_op_t *perm = v->def;
+    int id = perm->results[0]->id;
+    int64_t E = dim(v, 0), bound = dim(perm->results[0], 0);
+    EMIT("int64_t n_%d = 0;", id);
+    EMIT("{");
+    xm_emit_indent(&g->e);
+    EMIT("int32_t tpe[" I64 "];", E > 0 ? E : 1);
+    EMIT("xm_rt_read(x, tpe, %s, " I64 ");", A(0), E * 4);
+    EMIT("for (int64_t e = 0; e < " I64 "; e++) n_%d += tpe[e];", E, id);
+    xm_emit_dedent(&g->e);
+    EMIT("}");
+    EMIT("if (n_%d < 0 || n_%d > " I64 ")", id, id, bound);
+    xm_emit_indent(&g->e);
+    EMIT("xm_rt_fail(x, \"op %d permute: %%lld routed rows, outside the bound " I64
+         " the memory plan reserved\", (long long)n_%d);",
+         g->op_index, bound, id);
+    xm_emit_dedent(&g->e);
+  } else if (strcmp(as, "norm_sq") == 0) {
+    EMIT("float h_%d;", v->id);
+    EMIT("xm_rt_read(x, &h_%d, %s, 4);", v->id, A(0));
+  } else if (strcmp(as, "loss") == 0 || strcmp(as, "ce_loss") == 0) {
+    EMIT("xm_rt_read(x, &x->host_%s, %s, 4);", as, A(0));
+  } else {
+    gen_error(g, op, XM_ERR_INTERNAL, "%s reads \"%s\", which the host does not use", as);
+  }
 }
 
 /* Router and padding-free MoE ops, forward and backward. */
@@ -724,7 +760,13 @@ static void emit_grad_norm(gen_t *g, const xm_ir_op_t *op) {
  * [index*c, min(n, (index+1)*c)) of the param are updated (none when the
  * range is empty: the last members of a short tensor own nothing). */
 static void emit_adamw(gen_t *g, const xm_ir_op_t *op) {
-  const char *norm = A(4);
+  char norm[32];
+  snprintf(norm, sizeof norm, "(&h_%d)", IN(4)->id);
+  if (g->host_of[IN(4)->id] < 0)
+    gen_error(g, op, XM_ERR_INTERNAL,
+              "%s: its norm operand has no host_read, so the host cannot take the clip "
+              "coefficient (run host-reads)%s",
+              NULL);
   const char *decay = xm_ir_op_get_bool(op, "decay", false) ? "x->weight_decay" : "0.0f";
   EMIT("x->grad_norm = sqrt((double)*%s);", norm);
   EMIT("x->grad_scale = xm_rt_clip_coef(*%s, x->grad_clip);", norm);
@@ -764,6 +806,7 @@ static bool emit_train(gen_t *g, const xm_ir_op_t *op) {
            A(0), A(1), count(g, IN(1)));
     break;
   case XM_OP_GRAD_NORM_SQ: emit_grad_norm(g, op); break;
+  case XM_OP_HOST_READ: emit_host_read(g, op); break;
   case XM_OP_ADAMW: emit_adamw(g, op); break;
   case XM_OP_AUX_FREE_UPDATE:
     EMIT("xm_k_aux_free_update(%s, %s, " I64 ", %s);", A(0), A(1), numel(IN(0)),
@@ -783,7 +826,7 @@ static bool emit_structure(gen_t *g, const xm_ir_op_t *op) {
   xm_mem_place_t a, b;
   switch (op->code) {
   case XM_OP_INPUT: EMIT("/* filled by the training driver */"); break;
-  case XM_OP_RETURN: EMIT("/* the losses stay in place: xm_program.loss, .ce_loss */"); break;
+  case XM_OP_RETURN: EMIT("/* the losses: read to the host by the host_read ops */"); break;
   case XM_OP_CONSTANT:
     if (OUT(0)->type.dtype == XM_DT_I32)
       EMIT("xm_rt_fill_i32(x, %s, (int32_t)%s, " I64 ");", R(0), fattr(g, op, "value"),
@@ -896,6 +939,17 @@ static void compute_acc_fusion(gen_t *g) {
       continue;
     }
     g->acc_of[dw->id] = i;
+  }
+}
+
+/* Which values a host_read reads (the host code uses its copy). */
+static void compute_host_reads(gen_t *g) {
+  const xm_ir_module_t *m = g->m;
+  for (int i = 0; i < xm_ir_module_num_values(m); i++)
+    g->host_of[i] = -1;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code == XM_OP_HOST_READ && op->num_operands == 1) g->host_of[IN(0)->id] = i;
   }
 }
 
@@ -1177,14 +1231,17 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
   gen_t *g = &gen;
   g->rows_src = calloc((size_t)xm_ir_module_num_values(m) + 1, sizeof(int));
   g->acc_of = calloc((size_t)xm_ir_module_num_values(m) + 1, sizeof(int));
-  if (!g->rows_src || !g->acc_of) {
+  g->host_of = calloc((size_t)xm_ir_module_num_values(m) + 1, sizeof(int));
+  if (!g->rows_src || !g->acc_of || !g->host_of) {
     free(g->rows_src);
     free(g->acc_of);
+    free(g->host_of);
     return XM_ERR_NO_MEMORY;
   }
   xm_emitter_init(&g->e, out);
   compute_rows_src(g);
   compute_acc_fusion(g);
+  compute_host_reads(g);
 
   emit_header(g, in);
   xm_emit_blank(&g->e);
@@ -1209,6 +1266,7 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
   emit_program(g, &t, &report);
   free(g->rows_src);
   free(g->acc_of);
+  free(g->host_of);
   return g->st;
 }
 

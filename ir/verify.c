@@ -956,7 +956,8 @@ static void apply_rule(rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_ZERO:
   case XM_OP_REDUCE_STATE:
   case XM_OP_ZERO_REDUCE_SCATTER:
-  case XM_OP_ZERO_GATHER: xm_ir_verify_train_rule(c, out); break;
+  case XM_OP_ZERO_GATHER:
+  case XM_OP_HOST_READ: xm_ir_verify_train_rule(c, out); break;
   case XM_OP_GATHER_GROUPED_MATMUL:
   case XM_OP_GROUPED_MATMUL_COMBINE:
   case XM_OP_GATHER_GROUPED_MATMUL_DX:

@@ -19,5 +19,6 @@ void xm_ir_verify_mixed_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   bool same = out->rank == x->rank;
   for (int i = 0; same && i < x->rank; i++)
     same = out->dims[i] == x->dims[i] && out->dynamic[i] == x->dynamic[i];
-  if (!same) xm_ir_rule_error(c, "result type %s has another shape than operand 0 %s", TT(out), TT(x));
+  if (!same)
+    xm_ir_rule_error(c, "result type %s has another shape than operand 0 %s", TT(out), TT(x));
 }

@@ -383,6 +383,28 @@ static void rule_accumulate(xm_ir_rule_ctx_t *c) {
 
 static void rule_zero(xm_ir_rule_ctx_t *c) { need_def(c, 0, XM_OP_STATE); }
 
+/* host_read: a scalar loss or norm, or a permute's row-count table. */
+static const char *const k_host_read_choices[] = {"loss", "ce_loss", "norm_sq", "rows", NULL};
+
+static void rule_host_read(xm_ir_rule_ctx_t *c) {
+  const char *as = xm_ir_op_get_string(c->op, "as", NULL);
+  bool known = false;
+  for (int i = 0; as && k_host_read_choices[i]; i++)
+    known = known || strcmp(as, k_host_read_choices[i]) == 0;
+  if (!known) {
+    xm_ir_rule_error(c, "attr as must be one of loss, ce_loss, norm_sq, rows");
+    return;
+  }
+  const xm_ir_type_t *t = in(c, 0);
+  if (strcmp(as, "rows") == 0) {
+    need_def(c, 0, XM_OP_PERMUTE);
+    if (t->dtype != XM_DT_I32 || t->rank != 1 || t->dynamic[0])
+      xm_ir_rule_error(c, "rows reads a static i32[E], not %s", TT(t));
+  } else if (t->dtype != XM_DT_F32 || t->rank != 0) {
+    xm_ir_rule_error(c, "%s reads an f32[] scalar, not %s", as, TT(t));
+  }
+}
+
 static void rule_grad_norm_sq(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   xm_ir_rule_set_result(out, XM_DT_F32, 0, NULL, NULL);
   if (c->op->num_operands < 1) {
@@ -524,6 +546,7 @@ void xm_ir_verify_train_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_STATE: rule_state(c); break;
   case XM_OP_ACCUMULATE: rule_accumulate(c); break;
   case XM_OP_ZERO: rule_zero(c); break;
+  case XM_OP_HOST_READ: rule_host_read(c); break;
   case XM_OP_GRAD_NORM_SQ: rule_grad_norm_sq(c, out); break;
   case XM_OP_ADAMW: rule_adamw(c); break;
   case XM_OP_AUX_FREE_UPDATE: rule_aux_free_update(c); break;

@@ -117,6 +117,9 @@ struct xm_rt_exec {
   /* optimizer settings in force (program defaults or out/train flags) */
   float beta1, beta2, adam_eps, weight_decay, grad_clip;
   float grad_scale;           /* set by the step function: the clip coefficient */
+  /* Set by the micro function (its host_read ops): the total and the
+   * cross-entropy loss of the micro-batch, read from the device. */
+  float host_loss, host_ce_loss;
   double grad_norm;           /* set by the step function: global norm before clipping */
   void *comm; /* xm_rt_comm_t * (runtime/comm/comm.h) of a multi-rank run, else NULL */
   void *rbd;  /* RBD routing records between forward and backward (runtime/moe/rbd_exec.h) */

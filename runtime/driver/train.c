@@ -514,12 +514,6 @@ static void fill_inputs(trainer_t *t, int eval, int64_t first) {
   x->be->copy_h2d(x->be, tensor_ptr(t, p->labels), lab, (size_t)n * sizeof *lab, x->stream);
 }
 
-/* The loss values micro leaves on the device: the explicit host read. */
-static float read_f32(const trainer_t *t, int i) {
-  float v;
-  xm_rt_read(&t->x, &v, tensor_ptr(t, i), sizeof v);
-  return v;
-}
 
 /* Gradient and load accumulators: what micro writes into the persistent
  * arena. Evaluation runs micro (forward and backward) but never step, so it
@@ -582,7 +576,7 @@ static xm_status_t run_eval(trainer_t *t, int64_t requested) {
     fill_inputs(t, 1, (b < n ? b : b % n) * mb);
     p->micro(&t->x);
     if (b < n) {
-      sums[0] += read_f32(t, p->ce_loss);
+      sums[0] += t->x.host_ce_loss; /* the micro function's host_read */
       sums[1] += 1.0;
     }
     zero_accumulators(t);
@@ -640,8 +634,8 @@ static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double 
     fill_inputs(t, 0, mine + m * p->micro_batch);
     if (t->x.trace) xm_rt_trace_set(t->x.trace, s, (int)m);
     p->micro(&t->x);
-    sum += read_f32(t, p->loss);
-    sum_ce += read_f32(t, p->ce_loss);
+    sum += t->x.host_loss; /* read by the micro function's host_read ops */
+    sum_ce += t->x.host_ce_loss;
   }
   t->data_pos += p->micro_batch * p->grad_accum * t->dp;
   *loss = sum / (double)p->grad_accum;

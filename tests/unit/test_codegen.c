@@ -34,7 +34,8 @@
 #include "support/sha256.h"
 #include "support/strbuf.h"
 
-#define PIPELINE "autodiff{grad-accum=2},canonicalize,fold-accumulate,plan-memory,schedule"
+#define PIPELINE                                                                                   \
+  "autodiff{grad-accum=2},canonicalize,fold-accumulate,host-reads,plan-memory,schedule"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -242,12 +243,17 @@ static void test_program_tiny(void **state) {
   assert_non_null(strstr(text, "// input: samples/tiny.json\n"));
 
   /* One comment per op of the two functions; one permute per MoE layer,
-   * each followed by its bound check. */
+   * each followed by the host read of its row counts and their bound
+   * check; the norm and the two losses read once each. */
   int64_t micro = module_int(m, "schedule_micro_ops"), step = module_int(m, "schedule_step_ops");
   assert_true(micro > 0 && step > 0);
   assert_int_equal(count_substr(text, "/* op "), micro + step);
-  assert_int_equal(count_substr(text, "= xm_k_permute("), 3);
+  assert_int_equal(count_substr(text, "(void)xm_k_permute("), 3);
   assert_int_equal(count_substr(text, "xm_rt_fail(x, \"op "), 3);
+  assert_int_equal(count_substr(text, "xm_rt_read(x, tpe, "), 3);
+  assert_int_equal(count_substr(text, "xm_rt_read(x, &h_"), 1);
+  assert_int_equal(count_substr(text, "xm_rt_read(x, &x->host_loss, "), 1);
+  assert_int_equal(count_substr(text, "xm_rt_read(x, &x->host_ce_loss, "), 1);
   assert_int_equal(count_substr(text, "xm_k_adamw("), count_substr(text, "XM_RT_CAT_GRADS,"));
   /* Clipping: grad_norm_sq only stores its sum; every adamw reads it. */
   assert_int_equal(count_substr(text, "x->grad_scale = xm_rt_clip_coef(*"),
@@ -573,7 +579,7 @@ static void test_program_spmd(void **state) {
   xm_diag_init(&d);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
-  xm_status_t st = xm_pass_pipeline_run(m, "plan-memory,schedule", &po, &d);
+  xm_status_t st = xm_pass_pipeline_run(m, "host-reads,plan-memory,schedule", &po, &d);
   if (st != XM_OK) xm_diag_print(&d, stderr);
   assert_int_equal(st, XM_OK);
   xm_strbuf_t a, b;
@@ -671,7 +677,9 @@ static void test_program_spmd(void **state) {
   const xm_ir_op_t *ad = nth_op(m, XM_OP_ADAMW, 0);
   place_text(ad->operands[0], p0, sizeof p0);
   place_text(ad->operands[1], p1, sizeof p1);
-  place_text(ad->operands[4], p2, sizeof p2);
+  /* The norm reaches the host through its host_read: h_<value id>. */
+  snprintf(p2, sizeof p2, "(&h_%d)", ad->operands[4]->id);
+  assert_non_null(strstr(text, "xm_rt_read(x, &h_"));
   assert_op_has(text, m, ad, "x->grad_norm = sqrt((double)*%s);", p2);
   assert_op_has(text, m, ad, "x->grad_scale = xm_rt_clip_coef(*%s, x->grad_clip);", p2);
   assert_op_has(text, m, ad, "int64_t lo = xm_rt_group_index(x, XM_RT_GROUP_EDP) * 16;");
@@ -760,7 +768,7 @@ static void test_program_rbd(void **state) {
   xm_diag_init(&d);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
-  xm_status_t st = xm_pass_pipeline_run(m, "plan-memory,schedule", &po, &d);
+  xm_status_t st = xm_pass_pipeline_run(m, "host-reads,plan-memory,schedule", &po, &d);
   if (st != XM_OK) xm_diag_print(&d, stderr);
   assert_int_equal(st, XM_OK);
   xm_strbuf_t out;

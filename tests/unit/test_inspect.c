@@ -31,7 +31,8 @@
 #include "runtime/driver/trace.h"
 #include "support/strbuf.h"
 
-#define PIPELINE "autodiff{grad-accum=2},canonicalize,fold-accumulate,plan-memory,schedule"
+#define PIPELINE                                                                                   \
+  "autodiff{grad-accum=2},canonicalize,fold-accumulate,host-reads,plan-memory,schedule"
 
 /* ---- the hooks in generated code ---------------------------------------- */
 

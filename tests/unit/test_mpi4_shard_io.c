@@ -602,6 +602,9 @@ static void dtoy_micro(xm_rt_exec_t *x) {
     xm_k_scale(DF(x, j), tmp, dnumel(x, j), 2.0f * DALPHA);
     xm_k_accumulate(DF(x, D_G0 + j), tmp, dnumel(x, j));
   }
+  /* What a generated micro's host_read ops do: hand the driver the losses. */
+  xm_rt_read(x, &x->host_loss, DF(x, D_LOSS), 4);
+  xm_rt_read(x, &x->host_ce_loss, DF(x, D_CE), 4);
 }
 
 /* Gradients summed over the DP groups (the aux gradient of the experts is

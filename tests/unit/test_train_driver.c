@@ -126,6 +126,9 @@ static void toy_micro(xm_rt_exec_t *x) {
   xm_k_accumulate(F(x, T_G_EMBED), tmp, V * H);
   xm_k_scale(F(x, T_UP), tmp, E * EU * EK, 2.0f * AUX_ALPHA);
   xm_k_accumulate(F(x, T_G_UP), tmp, E * EU * EK);
+  /* What a generated micro's host_read ops do: hand the driver the losses. */
+  xm_rt_read(x, &x->host_loss, F(x, T_LOSS), 4);
+  xm_rt_read(x, &x->host_ce_loss, F(x, T_CE), 4);
 }
 
 static void toy_step(xm_rt_exec_t *x) {
