@@ -77,8 +77,9 @@
 #include "codegen/emit.h"
 #include "passes/plan_memory.h"
 #include "runtime/abi/groups.h"
+#include "runtime/abi/kernels.h"
 
-#define RING 16
+#define RING 64
 
 typedef struct {
   const xm_ir_module_t *m;
@@ -230,29 +231,130 @@ static const char *scoring(const xm_ir_op_t *op) {
 #define EMIT(...) xm_emit(&g->e, __VA_ARGS__)
 #define I64 "%" PRId64
 
-/* A weight gradient whose accumulate is fused: the kernel suffix "_acc"
- * and, as destination, the grad state; else "" and its own buffer. */
-static const char *dw_suffix(gen_t *g, const xm_ir_value_t *dw) {
-  return g->acc_of[dw->id] >= 0 ? "_acc" : "";
+/* ---- kernel calls, printed from the signature table ---------------------
+ * Every kernel call of the schedule goes through emit_call: the kernel's
+ * line of runtime/abi/kernels.def (runtime/abi/kernels.h) gives its name
+ * and arguments, the call must pass exactly those, and every buffer
+ * argument that is an IR value must have the line's dtype, so a call that
+ * does not match the ABI is a codegen error, not a C compiler warning in
+ * out/train (and a GPU target prints its launches from the same lines). */
+
+typedef struct {
+  const char *text;        /* the C expression passed */
+  const xm_ir_value_t *v;  /* the IR value a buffer argument holds, or NULL */
+} karg_t;
+
+typedef enum { KA_IN, KA_OUT, KA_I64, KA_F32, KA_INT } karg_kind_t;
+
+/* Argument i of a signature: its kind and, for buffers, its dtype text. */
+typedef struct {
+  karg_kind_t kind;
+  char dtype[8];
+} ksig_arg_t;
+
+/* Parses "(XM_IN(f32, x), XM_I64(n), ...)" into at most `cap` args;
+ * returns the count, or -1 when the text is not of that form. */
+static int parse_signature(const char *args, ksig_arg_t *out, int cap) {
+  int n = 0;
+  const char *p = args;
+  while ((p = strstr(p, "XM_")) != NULL) {
+    if (n == cap) return -1;
+    ksig_arg_t a = {KA_INT, ""};
+    if (strncmp(p, "XM_IN(", 6) == 0 || strncmp(p, "XM_OUT(", 7) == 0) {
+      a.kind = p[3] == 'I' ? KA_IN : KA_OUT;
+      const char *d = strchr(p, '(') + 1, *e = strchr(d, ',');
+      if (!e || e - d >= (long)sizeof a.dtype) return -1;
+      memcpy(a.dtype, d, (size_t)(e - d));
+    } else if (strncmp(p, "XM_I64(", 7) == 0) {
+      a.kind = KA_I64;
+    } else if (strncmp(p, "XM_F32(", 7) == 0) {
+      a.kind = KA_F32;
+    } else if (strncmp(p, "XM_INT(", 7) != 0) {
+      return -1;
+    }
+    out[n++] = a;
+    p = strchr(p, ')');
+    if (!p) return -1;
+  }
+  return n;
 }
 
+static const char *dtype_text(xm_dtype_t dt) {
+  return dt == XM_DT_F32 ? "f32" : dt == XM_DT_BF16 ? "bf16" : dt == XM_DT_I32 ? "i32" : "?";
+}
+
+/* Emits `<prefix>xm_k_<name>(args);` after checking it against the table. */
+static void emit_call(gen_t *g, const xm_ir_op_t *op, const char *prefix, const char *name,
+                      const karg_t *a, int n) {
+  const xm_rt_kernel_signature_t *sig = NULL;
+  for (int k = 0; k < XM_RT_KERNEL_COUNT_ && !sig; k++)
+    if (strcmp(xm_rt_kernel_signatures[k].name, name) == 0) sig = &xm_rt_kernel_signatures[k];
+  ksig_arg_t want[32];
+  int m = sig ? parse_signature(sig->args, want, 32) : -1;
+  if (!sig || m < 0) {
+    gen_error(g, op, XM_ERR_INTERNAL, "%s: no kernel xm_k_%s in runtime/abi/kernels.def", name);
+    return;
+  }
+  char detail[160];
+  if (m != n) {
+    snprintf(detail, sizeof detail, "xm_k_%s takes %d arguments (kernels.def), not %d", name, m, n);
+    gen_error(g, op, XM_ERR_INTERNAL, "%s: %s", detail);
+    return;
+  }
+  xm_strbuf_t c;
+  xm_strbuf_init(&c);
+  xm_strbuf_printf(&c, "%sxm_k_%s(", prefix, name);
+  for (int i = 0; i < n; i++) {
+    bool buffer = want[i].kind == KA_IN || want[i].kind == KA_OUT;
+    if (a[i].v && (!buffer || strcmp(dtype_text(a[i].v->type.dtype), want[i].dtype) != 0)) {
+      snprintf(detail, sizeof detail, "argument %d of xm_k_%s is a %s value, not %s", i, name,
+               dtype_text(a[i].v->type.dtype), buffer ? want[i].dtype : "a scalar");
+      gen_error(g, op, XM_ERR_INTERNAL, "%s: %s", detail);
+    }
+    xm_strbuf_printf(&c, "%s%s", i ? ", " : "", a[i].text);
+  }
+  xm_strbuf_puts(&c, ");");
+  EMIT("%s", xm_strbuf_cstr(&c));
+  xm_strbuf_free(&c);
+}
+
+static const char *i64_text(gen_t *g, int64_t v) {
+  char *b = ring_buf(g);
+  snprintf(b, 128, "%" PRId64, v);
+  return b;
+}
+
+#define KARGS(...) (const karg_t[]){__VA_ARGS__}, (int)(sizeof(KARGS_(__VA_ARGS__)) / sizeof(karg_t))
+#define KARGS_(...) (const karg_t[]){__VA_ARGS__}
+#define CALL(name, ...) emit_call(g, op, "", name, KARGS(__VA_ARGS__))
+#define CALL_DISCARD(name, ...) emit_call(g, op, "(void)", name, KARGS(__VA_ARGS__))
+#define CALL_INTO(prefix, name, ...) emit_call(g, op, prefix, name, KARGS(__VA_ARGS__))
+#define KV(val) ((karg_t){ptr(g, (val)), (val)})
+#define KS(txt) ((karg_t){(txt), NULL})
+#define KI(n) ((karg_t){i64_text(g, (n)), NULL})
+/* A weight gradient's destination: its grad state when the accumulate is
+ * folded into the GEMM, else its own buffer. */
+#define KD(dw) ((karg_t){dw_dest(g, (dw)), dw_dest_value(g, (dw))})
+/* The scratch result r of a fused MoE op and its tiling. */
+#define KTILE(r)                                                                                   \
+  KV(OUT(r)), KI(xm_ir_op_get_int(op, "tile_rows", 1)), KI(xm_ir_op_get_int(op, "slots", 1))
+
+/* A weight gradient's destination: its grad state when fold-accumulate
+ * folded the accumulate into the GEMM, else its own buffer. */
 static const char *dw_dest(gen_t *g, const xm_ir_value_t *dw) {
   int acc = g->acc_of[dw->id];
   if (acc < 0) return ptr(g, dw);
   return ptr(g, xm_ir_module_op(g->m, acc)->operands[0]);
 }
 
+static const xm_ir_value_t *dw_dest_value(gen_t *g, const xm_ir_value_t *dw) {
+  int acc = g->acc_of[dw->id];
+  return acc < 0 ? dw : xm_ir_module_op(g->m, acc)->operands[0];
+}
+
 /* beta of a fused weight-gradient kernel: 1 adds into the grad state. */
 static const char *dw_beta(gen_t *g, const xm_ir_value_t *dw) {
   return g->acc_of[dw->id] >= 0 ? "1.0f" : "0.0f";
-}
-
-/* "scratch, tile_rows, slots" of a fused MoE op whose scratch is result r. */
-static const char *tiling(gen_t *g, const xm_ir_op_t *op, int r) {
-  char *b = ring_buf(g);
-  snprintf(b, 128, "%s, " I64 ", " I64, ptr(g, op->results[r]),
-           xm_ir_op_get_int(op, "tile_rows", 1), xm_ir_op_get_int(op, "slots", 1));
-  return b;
 }
 
 /* A GEMM the mixed-precision pass gave bf16 operands. */
@@ -279,53 +381,44 @@ static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
   switch (op->code) {
   case XM_OP_ADD:
   case XM_OP_MUL:
-    EMIT("xm_k_%s(%s, %s, %s, %s, %s);", op->code == XM_OP_ADD ? "add" : "mul", A(0), A(1), R(0),
-         count(g, IN(0)), count(g, IN(1)));
+    CALL(op->code == XM_OP_ADD ? "add" : "mul", KV(IN(0)), KV(IN(1)), KV(OUT(0)),
+         KS(count(g, IN(0))), KS(count(g, IN(1))));
     break;
   case XM_OP_SCALE:
-    EMIT("xm_k_scale(%s, %s, %s, %s);", A(0), R(0), count(g, IN(0)), fattr(g, op, "factor"));
+    CALL("scale", KV(IN(0)), KV(OUT(0)), KS(count(g, IN(0))), KS(fattr(g, op, "factor")));
     break;
   case XM_OP_SILU:
   case XM_OP_GELU:
   case XM_OP_SIGMOID:
-    EMIT("xm_k_%s(%s, %s, %s);", xm_ir_opinfo(op->code)->name, A(0), R(0), count(g, IN(0)));
+    CALL(xm_ir_opinfo(op->code)->name, KV(IN(0)), KV(OUT(0)), KS(count(g, IN(0))));
     break;
   case XM_OP_SWIGLU:
-    EMIT("xm_k_swiglu(%s, %s, %s, %s);", A(0), A(1), R(0), count(g, IN(0)));
+    CALL("swiglu", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count(g, IN(0))));
     break;
   case XM_OP_EMBEDDING:
-    EMIT("xm_k_embedding(%s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0), numel(IN(0)),
-         dim(IN(1), -1));
+    CALL("embedding", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(0))), KI(dim(IN(1), -1)));
     break;
   case XM_OP_RMSNORM:
-    EMIT("xm_k_rmsnorm(%s, %s, %s, %s, " I64 ", %s);", A(0), A(1), R(0),
-         count_div(g, IN(0), dim(IN(0), -1)), dim(IN(0), -1), fattr(g, op, "eps"));
+    CALL("rmsnorm", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(0), -1)), KS(fattr(g, op, "eps")));
     break;
   case XM_OP_MATMUL:
     if (bf16_gemm(op))
-      EMIT("xm_k_matmul_bf16(%s, %s, %s, %s, " I64 ", " I64 ", %s);", A(0), A(1), R(0),
-           count_div(g, IN(0), dim(IN(0), -1)), dim(IN(0), -1), dim(IN(1), 0), workspace(g, op));
+      CALL("matmul_bf16", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(0), -1)), KI(dim(IN(1), 0)), KS(workspace(g, op)));
     else
-      EMIT("xm_k_matmul(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
-           count_div(g, IN(0), dim(IN(0), -1)), dim(IN(0), -1), dim(IN(1), 0));
+      CALL("matmul", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(0), -1)), KI(dim(IN(1), 0)));
     break;
   case XM_OP_CAST:
-    EMIT("xm_k_cast_%s(%s, %s, %s);", IN(0)->type.dtype == XM_DT_F32 ? "f32_bf16" : "bf16_f32",
-         A(0), R(0), count(g, IN(0)));
+    CALL(IN(0)->type.dtype == XM_DT_F32 ? "cast_f32_bf16" : "cast_bf16_f32", KV(IN(0)),
+         KV(OUT(0)), KS(count(g, IN(0))));
     break;
   case XM_OP_ROPE:
-    EMIT("xm_k_rope(%s, %s, " I64 ", " I64 ", " I64 ", " I64 ", %s);", A(0), R(0), dim(IN(0), 0),
-         dim(IN(0), 1), dim(IN(0), 2), dim(IN(0), 3), fattr(g, op, "theta"));
+    CALL("rope", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")));
     break;
   case XM_OP_ATTENTION:
-    EMIT("xm_k_attention(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ", " I64 ", " I64
-         ", %s);",
-         A(0), A(1), A(2), R(0), dim(IN(0), 0), dim(IN(0), 1), dim(IN(0), 2), dim(IN(1), 2),
-         dim(IN(0), 3), dim(IN(2), 3), fattr(g, op, "scale"));
+    CALL("attention", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(1), 2)), KI(dim(IN(0), 3)), KI(dim(IN(2), 3)), KS(fattr(g, op, "scale")));
     break;
   case XM_OP_CROSS_ENTROPY:
-    EMIT("xm_k_cross_entropy(%s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
-         numel(IN(0)) / dim(IN(0), -1), dim(IN(0), -1));
+    CALL("cross_entropy", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(0)) / dim(IN(0), -1)), KI(dim(IN(0), -1)));
     break;
   default: return false;
   }
@@ -336,55 +429,48 @@ static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
 static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
   switch (op->code) {
   case XM_OP_MATMUL_DX: /* dy[M,N], w[N,K] -> dx[M,K] */
-    EMIT("xm_k_matmul_dx%s(%s, %s, %s, %s, " I64 ", " I64 "%s%s);", bf16_gemm(op) ? "_bf16" : "",
-         A(0), A(1), R(0), count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), 1), dim(IN(1), 0),
-         bf16_gemm(op) ? ", " : "", bf16_gemm(op) ? workspace(g, op) : "");
+    if (bf16_gemm(op))
+      CALL("matmul_dx_bf16", KV(IN(0)), KV(IN(1)), KV(OUT(0)),
+           KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(1), 1)), KI(dim(IN(1), 0)),
+           KS(workspace(g, op)));
+    else
+      CALL("matmul_dx", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))),
+           KI(dim(IN(1), 1)), KI(dim(IN(1), 0)));
     break;
   case XM_OP_MATMUL_DW: /* dy[M,N], x[M,K] -> dw[N,K] */
     if (bf16_gemm(op)) {
-      EMIT("xm_k_matmul_dw_bf16(%s, %s, %s, %s, " I64 ", " I64 ", %s, %s);", A(0), A(1),
-           dw_dest(g, OUT(0)), count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), -1),
-           dim(IN(0), -1), dw_beta(g, OUT(0)), workspace(g, op));
+      CALL("matmul_dw_bf16", KV(IN(0)), KV(IN(1)), KD(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(1), -1)), KI(dim(IN(0), -1)), KS(dw_beta(g, OUT(0))), KS(workspace(g, op)));
       break;
     }
-    EMIT("xm_k_matmul_dw%s(%s, %s, %s, %s, " I64 ", " I64 ");", dw_suffix(g, OUT(0)), A(0), A(1),
-         dw_dest(g, OUT(0)), count_div(g, IN(0), dim(IN(0), -1)), dim(IN(1), -1),
-         dim(IN(0), -1));
+    CALL(g->acc_of[OUT(0)->id] >= 0 ? "matmul_dw_acc" : "matmul_dw", KV(IN(0)), KV(IN(1)),
+         KD(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(1), -1)),
+         KI(dim(IN(0), -1)));
     break;
   case XM_OP_REDUCE_TO:
-    EMIT("xm_k_reduce_to(%s, %s, %s, %s);", A(0), R(0), count(g, IN(0)), count(g, OUT(0)));
+    CALL("reduce_to", KV(IN(0)), KV(OUT(0)), KS(count(g, IN(0))), KS(count(g, OUT(0))));
     break;
   case XM_OP_RMSNORM_GRAD:
-    EMIT("xm_k_rmsnorm_grad(%s, %s, %s, %s, %s, %s, " I64 ", %s);", A(0), A(1), A(2), R(0), R(1),
-         count_div(g, IN(1), dim(IN(1), -1)), dim(IN(1), -1), fattr(g, op, "eps"));
+    CALL("rmsnorm_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KV(OUT(1)), KS(count_div(g, IN(1), dim(IN(1), -1))), KI(dim(IN(1), -1)), KS(fattr(g, op, "eps")));
     break;
   case XM_OP_ROPE_GRAD:
-    EMIT("xm_k_rope_grad(%s, %s, " I64 ", " I64 ", " I64 ", " I64 ", %s);", A(0), R(0),
-         dim(IN(0), 0), dim(IN(0), 1), dim(IN(0), 2), dim(IN(0), 3), fattr(g, op, "theta"));
+    CALL("rope_grad", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")));
     break;
   case XM_OP_ATTENTION_GRAD:
-    EMIT("xm_k_attention_grad(%s, %s, %s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
-         ", " I64 ", " I64 ", %s);",
-         A(0), A(1), A(2), A(3), R(0), R(1), R(2), dim(IN(1), 0), dim(IN(1), 1), dim(IN(1), 2),
-         dim(IN(2), 2), dim(IN(1), 3), dim(IN(3), 3), fattr(g, op, "scale"));
+    CALL("attention_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KV(OUT(1)), KV(OUT(2)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(1), 2)), KI(dim(IN(2), 2)), KI(dim(IN(1), 3)), KI(dim(IN(3), 3)), KS(fattr(g, op, "scale")));
     break;
   case XM_OP_EMBEDDING_GRAD:
-    EMIT("xm_k_embedding_grad(%s, %s, %s, " I64 ", " I64 ", " I64 ");", A(0), A(1), R(0),
-         numel(IN(1)), dim(OUT(0), 0), dim(OUT(0), 1));
+    CALL("embedding_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(1))), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 1)));
     break;
   case XM_OP_SWIGLU_GRAD:
-    EMIT("xm_k_swiglu_grad(%s, %s, %s, %s, %s, %s);", A(0), A(1), A(2), R(0), R(1),
-         count(g, IN(0)));
+    CALL("swiglu_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KV(OUT(1)), KS(count(g, IN(0))));
     break;
   case XM_OP_SILU_GRAD:
   case XM_OP_GELU_GRAD:
   case XM_OP_SIGMOID_GRAD:
-    EMIT("xm_k_%s(%s, %s, %s, %s);", xm_ir_opinfo(op->code)->name, A(0), A(1), R(0),
-         count(g, IN(0)));
+    CALL(xm_ir_opinfo(op->code)->name, KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count(g, IN(0))));
     break;
   case XM_OP_CROSS_ENTROPY_GRAD:
-    EMIT("xm_k_cross_entropy_grad(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), A(2), R(0),
-         numel(IN(1)) / dim(IN(1), -1), dim(IN(1), -1));
+    CALL("cross_entropy_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(numel(IN(1)) / dim(IN(1), -1)), KI(dim(IN(1), -1)));
     break;
   default: return false;
   }
@@ -401,8 +487,7 @@ static void emit_permute(gen_t *g, const xm_ir_op_t *op) {
               "%s: no host_read of its tokens_per_expert, so the host cannot size the kernels "
               "after it (run host-reads)%s",
               NULL);
-  EMIT("(void)xm_k_permute(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ");", A(0), A(1),
-       R(0), R(1), R(2), T, k, iattr(g, op, "num_experts"), xm_ir_op_get_int(op, "capacity", 0));
+  CALL_DISCARD("permute", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KV(OUT(1)), KV(OUT(2)), KI(T), KI(k), KI(iattr(g, op, "num_experts")), KI(xm_ir_op_get_int(op, "capacity", 0)));
 }
 
 /* host_read: the explicit copy of a device value the host needs, and what
@@ -445,102 +530,74 @@ static void emit_host_read(gen_t *g, const xm_ir_op_t *op) {
 static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
   switch (op->code) {
   case XM_OP_ROUTER_SCORE:
-    EMIT("xm_k_router_score(%s, %s, " I64 ", " I64 ", %s);", A(0), R(0), dim(IN(0), 0),
-         dim(IN(0), 1), scoring(op));
+    CALL("router_score", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KS(scoring(op)));
     break;
   case XM_OP_ROUTER_SCORE_GRAD:
-    EMIT("xm_k_router_score_grad(%s, %s, %s, " I64 ", " I64 ", %s);", A(0), A(1), R(0),
-         dim(IN(0), 0), dim(IN(0), 1), scoring(op));
+    CALL("router_score_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KS(scoring(op)));
     break;
   case XM_OP_TOPK_ROUTE:
-    EMIT("xm_k_topk_route(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ", " I64 ", " I64
-         ", %s, %s);",
-         A(0), A(1), R(0), R(1), dim(IN(0), 0), dim(IN(0), 1), iattr(g, op, "k"),
-         iattr(g, op, "n_group"), iattr(g, op, "topk_group"), iattr(g, op, "norm_topk_prob"),
-         fattr(g, op, "routed_scaling"), scoring(op));
+    CALL("topk_route", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KV(OUT(1)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(iattr(g, op, "k")), KI(iattr(g, op, "n_group")), KI(iattr(g, op, "topk_group")), KI(iattr(g, op, "norm_topk_prob")), KS(fattr(g, op, "routed_scaling")), KS(scoring(op)));
     break;
   case XM_OP_TOPK_ROUTE_GRAD:
-    EMIT("xm_k_topk_route_grad(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ", %s);", A(0),
-         A(1), A(2), R(0), dim(IN(1), 0), dim(IN(1), 1), dim(IN(0), 1),
-         iattr(g, op, "norm_topk_prob"), fattr(g, op, "routed_scaling"));
+    CALL("topk_route_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(0), 1)), KI(iattr(g, op, "norm_topk_prob")), KS(fattr(g, op, "routed_scaling")));
     break;
   case XM_OP_PERMUTE: emit_permute(g, op); break;
   case XM_OP_GATHER_ROWS:
-    EMIT("xm_k_gather_rows(%s, %s, %s, %s, " I64 ", " I64 ");", A(0), A(1), R(0),
-         routed_n(g, op, IN(1)), dim(IN(0), -1), iattr(g, op, "k"));
+    CALL("gather_rows", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(routed_n(g, op, IN(1))), KI(dim(IN(0), -1)), KI(iattr(g, op, "k")));
     break;
   case XM_OP_GATHER_ROWS_GRAD:
-    EMIT("xm_k_gather_rows_grad(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ");", A(0), A(1), R(0),
-         routed_n(g, op, IN(1)), dim(OUT(0), 0), dim(OUT(0), -1), iattr(g, op, "k"));
+    CALL("gather_rows_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(routed_n(g, op, IN(1))), KI(dim(OUT(0), 0)), KI(dim(OUT(0), -1)), KI(iattr(g, op, "k")));
     break;
   case XM_OP_GROUPED_MATMUL: /* x[N,K], w[E,M,K] */
   case XM_OP_GROUPED_MATMUL_DX:
-    EMIT("xm_k_%s%s(%s, %s, %s, %s, " I64 ", " I64 ", " I64 "%s%s);", xm_ir_opinfo(op->code)->name,
-         bf16_gemm(op) ? "_bf16" : "", A(0), A(1), A(2), R(0), dim(IN(1), 0), dim(IN(1), 2),
-         dim(IN(1), 1), bf16_gemm(op) ? ", " : "", bf16_gemm(op) ? workspace(g, op) : "");
+    if (bf16_gemm(op)) {
+      char name[48];
+      snprintf(name, sizeof name, "%s_bf16", xm_ir_opinfo(op->code)->name);
+      CALL(name, KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 2)),
+           KI(dim(IN(1), 1)), KS(workspace(g, op)));
+    } else {
+      CALL(xm_ir_opinfo(op->code)->name, KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)),
+           KI(dim(IN(1), 0)), KI(dim(IN(1), 2)), KI(dim(IN(1), 1)));
+    }
     break;
   case XM_OP_GROUPED_MATMUL_DW: /* dy[N,M], x[N,K], tpe -> dw[E,M,K] */
     if (bf16_gemm(op)) {
-      EMIT("xm_k_grouped_matmul_dw_bf16(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", %s, %s);",
-           A(0), A(1), A(2), dw_dest(g, OUT(0)), dim(OUT(0), 0), dim(OUT(0), 2), dim(OUT(0), 1),
-           dw_beta(g, OUT(0)), workspace(g, op));
+      CALL("grouped_matmul_dw_bf16", KV(IN(0)), KV(IN(1)), KV(IN(2)), KD(OUT(0)), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KS(dw_beta(g, OUT(0))), KS(workspace(g, op)));
       break;
     }
-    EMIT("xm_k_grouped_matmul_dw%s(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ");",
-         dw_suffix(g, OUT(0)), A(0), A(1), A(2), dw_dest(g, OUT(0)), dim(OUT(0), 0),
-         dim(OUT(0), 2), dim(OUT(0), 1));
+    CALL(g->acc_of[OUT(0)->id] >= 0 ? "grouped_matmul_dw_acc" : "grouped_matmul_dw", KV(IN(0)),
+         KV(IN(1)), KV(IN(2)), KD(OUT(0)), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)),
+         KI(dim(OUT(0), 1)));
     break;
   case XM_OP_SCATTER_COMBINE: /* y[N,H], indices, weights[T,k] */
-    EMIT("xm_k_scatter_combine(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ");", A(0), A(1), A(2),
-         R(0), routed_n(g, op, IN(1)), dim(IN(2), 0), dim(IN(2), 1), dim(IN(0), -1));
+    CALL("scatter_combine", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KS(routed_n(g, op, IN(1))), KI(dim(IN(2), 0)), KI(dim(IN(2), 1)), KI(dim(IN(0), -1)));
     break;
   case XM_OP_SCATTER_COMBINE_GRAD: /* dout, y, indices, weights -> dy, dweights */
-    EMIT("xm_k_scatter_combine_grad(%s, %s, %s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ");",
-         A(0), A(1), A(2), A(3), R(0), R(1), routed_n(g, op, IN(2)), dim(IN(3), 0), dim(IN(3), 1),
-         dim(IN(0), -1));
+    CALL("scatter_combine_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KV(OUT(1)), KS(routed_n(g, op, IN(2))), KI(dim(IN(3), 0)), KI(dim(IN(3), 1)), KI(dim(IN(0), -1)));
     break;
   case XM_OP_GATHER_GROUPED_MATMUL: /* x[T,K], indices, tpe, w[E,M,K] -> y, scratch */
-    EMIT("xm_k_gather_grouped_matmul(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64 ", %s);",
-         A(0), A(1), A(2), A(3), R(0), dim(IN(3), 0), dim(IN(3), 2), dim(IN(3), 1),
-         iattr(g, op, "k"), tiling(g, op, 1));
+    CALL("gather_grouped_matmul", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KI(dim(IN(3), 0)), KI(dim(IN(3), 2)), KI(dim(IN(3), 1)), KI(iattr(g, op, "k")), KTILE(1));
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE: /* h[N,K], w[E,M,K], tpe, indices, weights[T,k] */
-    EMIT("xm_k_grouped_matmul_combine(%s, %s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
-         ", " I64 ", %s);",
-         A(0), A(1), A(2), A(3), A(4), R(0), dim(IN(1), 0), dim(IN(1), 2), dim(IN(1), 1),
-         dim(IN(4), 0), dim(IN(4), 1), tiling(g, op, 1));
+    CALL("grouped_matmul_combine", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)), KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 2)), KI(dim(IN(1), 1)), KI(dim(IN(4), 0)), KI(dim(IN(4), 1)), KTILE(1));
     break;
   case XM_OP_GATHER_GROUPED_MATMUL_DX: /* dy[N,M], w[E,M,K], tpe, indices -> dx[T,K] */
-    EMIT("xm_k_gather_grouped_matmul_dx(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
-         ", " I64 ", %s);",
-         A(0), A(1), A(2), A(3), R(0), dim(IN(1), 0), dim(IN(1), 2), dim(IN(1), 1),
-         dim(OUT(0), 0), iattr(g, op, "k"), tiling(g, op, 1));
+    CALL("gather_grouped_matmul_dx", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 2)), KI(dim(IN(1), 1)), KI(dim(OUT(0), 0)), KI(iattr(g, op, "k")), KTILE(1));
     break;
   case XM_OP_GATHER_GROUPED_MATMUL_DW: /* dy[N,M], x[T,K], indices, tpe -> dw[E,M,K] */
-    EMIT("xm_k_gather_grouped_matmul_dw(%s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
-         ", %s, %s);",
-         A(0), A(1), A(2), A(3), dw_dest(g, OUT(0)), dim(OUT(0), 0), dim(OUT(0), 2),
-         dim(OUT(0), 1), iattr(g, op, "k"), dw_beta(g, OUT(0)), tiling(g, op, 1));
+    CALL("gather_grouped_matmul_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KD(OUT(0)), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KI(iattr(g, op, "k")), KS(dw_beta(g, OUT(0))), KTILE(1));
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE_GRAD: /* dout, h, w, tpe, indices, weights -> dh, dweights */
-    EMIT("xm_k_grouped_matmul_combine_grad(%s, %s, %s, %s, %s, %s, %s, %s, " I64 ", " I64
-         ", " I64 ", " I64 ", " I64 ", %s);",
-         A(0), A(1), A(2), A(3), A(4), A(5), R(0), R(1), dim(IN(2), 0), dim(IN(2), 2),
-         dim(IN(2), 1), dim(IN(5), 0), dim(IN(5), 1), tiling(g, op, 2));
+    CALL("grouped_matmul_combine_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)), KV(IN(5)), KV(OUT(0)), KV(OUT(1)), KI(dim(IN(2), 0)), KI(dim(IN(2), 2)), KI(dim(IN(2), 1)), KI(dim(IN(5), 0)), KI(dim(IN(5), 1)), KTILE(2));
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE_DW: /* dout[T,M], h[N,K], indices, weights, tpe -> dw */
-    EMIT("xm_k_grouped_matmul_combine_dw(%s, %s, %s, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
-         ", %s, %s);",
-         A(0), A(1), A(2), A(3), A(4), dw_dest(g, OUT(0)), dim(OUT(0), 0), dim(OUT(0), 2),
-         dim(OUT(0), 1), dim(IN(3), 1), dw_beta(g, OUT(0)), tiling(g, op, 1));
+    CALL("grouped_matmul_combine_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)), KD(OUT(0)), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KI(dim(IN(3), 1)), KS(dw_beta(g, OUT(0))), KTILE(1));
     break;
   case XM_OP_AUX_LOSS:
-    EMIT("xm_k_aux_loss(%s, %s, %s, " I64 ", " I64 ", " I64 ", %s);", A(0), A(1), R(0),
-         dim(IN(0), 0), dim(IN(0), 1), dim(IN(1), 1), fattr(g, op, "alpha"));
+    CALL("aux_loss", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(1), 1)), KS(fattr(g, op, "alpha")));
     break;
   case XM_OP_AUX_LOSS_GRAD:
-    EMIT("xm_k_aux_loss_grad(%s, %s, %s, %s, " I64 ", " I64 ", " I64 ", %s);", A(0), A(1), A(2),
-         R(0), dim(IN(1), 0), dim(IN(1), 1), dim(IN(2), 1), fattr(g, op, "alpha"));
+    CALL("aux_loss_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(2), 1)), KS(fattr(g, op, "alpha")));
     break;
   default: return false;
   }
@@ -715,8 +772,8 @@ static bool emit_spmd(gen_t *g, const xm_ir_op_t *op) {
   case XM_OP_ALL_TO_ALL: emit_all_to_all(g, op); break;
   case XM_OP_SORT_CHUNKS:
   case XM_OP_UNSORT_CHUNKS:
-    EMIT("xm_k_%s(%s, %s, " I64 ", " I64 ", " I64 ", %s);", xm_ir_opinfo(op->code)->name, A(0),
-         A(1), dim(IN(1), 0), dim(IN(1), 1), row_width(IN(0)), R(0));
+    CALL(xm_ir_opinfo(op->code)->name, KV(IN(0)), KV(IN(1)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)),
+         KI(row_width(IN(0))), KV(OUT(0)));
     break;
   case XM_OP_REDUCE_STATE:
     if (IN(0)->type.dtype == XM_DT_I32)
@@ -748,7 +805,7 @@ static void emit_grad_norm(gen_t *g, const xm_ir_op_t *op) {
   xm_emit_indent(&g->e);
   EMIT("double norm_sq = 0.0;");
   for (int i = 0; i < op->num_operands; i++)
-    EMIT("norm_sq += xm_k_sum_sq(%s, %s);", A(i), count(g, IN(i)));
+    CALL_INTO("norm_sq += ", "sum_sq", KV(IN(i)), KS(count(g, IN(i))));
   EMIT("*%s = (float)norm_sq;", R(0));
   xm_emit_dedent(&g->e);
   EMIT("}");
@@ -771,9 +828,7 @@ static void emit_adamw(gen_t *g, const xm_ir_op_t *op) {
   EMIT("x->grad_norm = sqrt((double)*%s);", norm);
   EMIT("x->grad_scale = xm_rt_clip_coef(*%s, x->grad_clip);", norm);
   if (!xm_ir_op_attr(op, "group")) {
-    EMIT("xm_k_adamw(%s, %s, %s, %s, " I64 ", x->lr, x->beta1, x->beta2, x->adam_eps, %s, "
-         "x->step, x->grad_scale);",
-         A(0), A(1), A(2), A(3), numel(IN(0)), decay);
+    CALL("adamw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KI(numel(IN(0))), KS("x->lr"), KS("x->beta1"), KS("x->beta2"), KS("x->adam_eps"), KS(decay), KS("x->step"), KS("x->grad_scale"));
     return;
   }
   int64_t n = numel(IN(0)), c = numel(IN(1)), P = iattr(g, op, "group_size");
@@ -787,9 +842,11 @@ static void emit_adamw(gen_t *g, const xm_ir_op_t *op) {
   EMIT("int64_t len = " I64 " - lo < " I64 " ? " I64 " - lo : " I64 ";", n, c, n, c);
   EMIT("if (len > 0)");
   xm_emit_indent(&g->e);
-  EMIT("xm_k_adamw(%s + lo, %s, %s, %s, len, x->lr, x->beta1, x->beta2, x->adam_eps, %s, "
-       "x->step, x->grad_scale);",
-       A(0), A(1), A(2), A(3), decay);
+  char lo[160];
+  snprintf(lo, sizeof lo, "%s + lo", A(0));
+  CALL("adamw", ((karg_t){lo, IN(0)}), KV(IN(1)), KV(IN(2)), KV(IN(3)), KS("len"), KS("x->lr"),
+       KS("x->beta1"), KS("x->beta2"), KS("x->adam_eps"), KS(decay), KS("x->step"),
+       KS("x->grad_scale"));
   xm_emit_dedent(&g->e);
   xm_emit_dedent(&g->e);
   EMIT("}");
@@ -802,15 +859,14 @@ static bool emit_train(gen_t *g, const xm_ir_op_t *op) {
     if (g->acc_of[IN(1)->id] == g->op_index)
       EMIT("/* fused: the weight-gradient GEMM above added into the state */");
     else
-      EMIT("xm_k_accumulate%s(%s, %s, %s);", IN(0)->type.dtype == XM_DT_I32 ? "_i32" : "",
-           A(0), A(1), count(g, IN(1)));
+      CALL(IN(0)->type.dtype == XM_DT_I32 ? "accumulate_i32" : "accumulate", KV(IN(0)), KV(IN(1)),
+           KS(count(g, IN(1))));
     break;
   case XM_OP_GRAD_NORM_SQ: emit_grad_norm(g, op); break;
   case XM_OP_HOST_READ: emit_host_read(g, op); break;
   case XM_OP_ADAMW: emit_adamw(g, op); break;
   case XM_OP_AUX_FREE_UPDATE:
-    EMIT("xm_k_aux_free_update(%s, %s, " I64 ", %s);", A(0), A(1), numel(IN(0)),
-         fattr(g, op, "gamma"));
+    CALL("aux_free_update", KV(IN(0)), KV(IN(1)), KI(numel(IN(0))), KS(fattr(g, op, "gamma")));
     break;
   case XM_OP_ZERO:
     EMIT("xm_rt_zero(x, %s, " I64 ");", A(0),
@@ -832,7 +888,7 @@ static bool emit_structure(gen_t *g, const xm_ir_op_t *op) {
       EMIT("xm_rt_fill_i32(x, %s, (int32_t)%s, " I64 ");", R(0), fattr(g, op, "value"),
            numel(OUT(0)));
     else
-      EMIT("xm_k_fill(%s, " I64 ", %s);", R(0), numel(OUT(0)), fattr(g, op, "value"));
+      CALL("fill", KV(OUT(0)), KI(numel(OUT(0))), KS(fattr(g, op, "value")));
     break;
   case XM_OP_RESHAPE:
     if (xm_plan_memory_place(op, 0, &a) && xm_plan_memory_place(IN(0)->def, IN(0)->index, &b) &&
