@@ -52,6 +52,7 @@
 
 #include "args.h"
 #include "codegen/c_program.h"
+#include "codegen/target.h"
 #include "frontend/layout.h"
 #include "frontend/spec.h"
 #include "ir/model.h"
@@ -72,6 +73,7 @@ typedef struct {
   const char *cluster;
   const char *out_dir;
   const char *cc;
+  const char *target; /* codegen/target.h; "cpu" when not given */
   bool print_after_all, timing, no_build, print_flags, no_fuse;
   int64_t layout_value[XM_LAYOUT_RANKS_PER_NODE + 1]; /* by xm_layout_knob_t */
   unsigned layout_given; /* bit 1 << xm_layout_knob_t per layout flag given */
@@ -81,6 +83,7 @@ typedef struct {
 static void compile_usage(FILE *out) {
   fprintf(out,
           "usage: xmoec compile MODEL.json [--cluster FILE] -o OUT [--no-build] [--cc CC]\n"
+          "                     [--target cpu|hip|cuda]\n"
           "                     [--dp N] [--tp N] [--ep N] [--ssmb] [--rbd] [--zero N]\n"
           "                     [--ranks-per-node N] [--dispatch-bound B]\n"
           "                     [--no-fuse] [--print-ir-after-all] [--timing]\n"
@@ -96,6 +99,8 @@ static void compile_usage(FILE *out) {
           "  --cluster FILE         a cluster description checked with the spec\n"
           "  --no-build             write the sources only\n"
           "  --cc CC                C compiler (default: XMOEC_CC or the build's)\n"
+          "  --target T             code generation target: cpu (default; the only one\n"
+          "                         built so far), hip or cuda (refused until built)\n"
           "  --no-fuse              keep the padding-free gather and combine as separate\n"
           "                         kernels (no fuse-permute-gemm pass; for comparison)\n"
           "  --print-ir-after-all   print the module to stderr after every pass\n"
@@ -216,6 +221,20 @@ static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *ou
       a->cluster = v;
     } else if ((v = xm_arg_value(argc, argv, &i, "--cc", &missing))) {
       a->cc = v;
+    } else if ((v = xm_arg_value(argc, argv, &i, "--target", &missing))) {
+      const xm_codegen_target_t *t = xm_codegen_target_find(v);
+      if (!t) {
+        fprintf(stderr, "xmoec compile: error: --target must be cpu, hip or cuda, got '%s'\n", v);
+        return 2;
+      }
+      if (!t->built) {
+        fprintf(stderr,
+                "xmoec compile: error: --target %s: %s; this version generates CPU programs "
+                "only (--target cpu)\n",
+                v, t->about);
+        return 2;
+      }
+      a->target = v;
     } else if ((v = xm_arg_value(argc, argv, &i, "-o", &missing))) {
       a->out_dir = v;
     } else if (missing) {
@@ -437,6 +456,7 @@ static char *manifest_text(const compile_t *c) {
   add_names(o, "generated", k_generated, 4);
   add_names(o, "built", k_built, c->a.no_build ? 0 : 1);
   cJSON_AddStringToObject(o, "pipeline", xm_strbuf_cstr(&c->pipeline));
+  cJSON_AddStringToObject(o, "target", c->a.target ? c->a.target : "cpu");
   add_memory(o, &c->mem);
   char *text = cJSON_Print(o);
   cJSON_Delete(o);
@@ -621,8 +641,9 @@ static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
                             .cluster_path = c->a.cluster,
                             .config_json = xm_strbuf_cstr(&c->config),
                             .pipeline = xm_strbuf_cstr(&c->pipeline)};
-  XM_RETURN_IF_ERROR(xm_codegen_program_c(c->m, &c->spec, &in, diag, &c->program));
-  xm_codegen_main_c(&in, &c->main_c);
+  const xm_codegen_target_t *target = xm_codegen_target_find(c->a.target ? c->a.target : "cpu");
+  XM_RETURN_IF_ERROR(target->program(c->m, &c->spec, &in, diag, &c->program));
+  target->main_c(&in, &c->main_c);
   xm_ir_print(c->m, &c->xir);
   return XM_OK;
 }
