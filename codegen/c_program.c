@@ -78,6 +78,7 @@
 #include "passes/plan_memory.h"
 #include "runtime/abi/groups.h"
 #include "runtime/abi/kernels.h"
+#include "runtime/abi/program.h"
 
 #define RING 64
 
@@ -123,6 +124,31 @@ static bool is_declaration(const xm_ir_op_t *op) {
   return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
 }
 
+/* The ABI's element types (runtime/abi/dtypes.def), found by the IR's name
+ * of the dtype; a value of a dtype the ABI lacks is an error. */
+typedef struct {
+  const char *name, *constant, *ctype;
+  int bytes;
+} abi_dtype_t;
+
+static const abi_dtype_t k_abi_dtypes[] = {
+#define XM_DTYPE(e, name, bytes, ctype) {name, "XM_RT_" #e, #ctype, bytes},
+#include "runtime/abi/dtypes.def"
+#undef XM_DTYPE
+};
+
+_Static_assert(XM_IR_MAX_RANK == XM_RT_MAX_RANK, "IR and ABI ranks differ");
+
+static const abi_dtype_t *abi_dtype(gen_t *g, const xm_ir_op_t *op, xm_dtype_t dt) {
+  for (size_t i = 0; i < sizeof k_abi_dtypes / sizeof k_abi_dtypes[0]; i++)
+    if (strcmp(k_abi_dtypes[i].name, xm_dtype_name(dt)) == 0 &&
+        (size_t)k_abi_dtypes[i].bytes == xm_dtype_size(dt))
+      return &k_abi_dtypes[i];
+  gen_error(g, op, XM_ERR_UNSUPPORTED, "%s: dtype %s has no place in the runtime ABI",
+            xm_dtype_name(dt));
+  return &k_abi_dtypes[0];
+}
+
 /* The C expression of a value's buffer: "(float *)(x->act + 4096)". */
 static const char *ptr(gen_t *g, const xm_ir_value_t *v) {
   xm_mem_place_t p;
@@ -133,9 +159,7 @@ static const char *ptr(gen_t *g, const xm_ir_value_t *v) {
     snprintf(b, 128, "NULL");
     return b;
   }
-  const char *type = v->type.dtype == XM_DT_I32    ? "int32_t"
-                     : v->type.dtype == XM_DT_BF16 ? "xm_bf16_t"
-                                                   : "float";
+  const char *type = abi_dtype(g, v->def, v->type.dtype)->ctype;
   const char *arena = p.arena == XM_MEM_ARENA_PERSISTENT ? "persist" : "act";
   snprintf(b, 128, "(%s *)(x->%s + %" PRId64 ")", type, arena, p.offset);
   return b;
@@ -279,9 +303,7 @@ static int parse_signature(const char *args, ksig_arg_t *out, int cap) {
   return n;
 }
 
-static const char *dtype_text(xm_dtype_t dt) {
-  return dt == XM_DT_F32 ? "f32" : dt == XM_DT_BF16 ? "bf16" : dt == XM_DT_I32 ? "i32" : "?";
-}
+static const char *dtype_text(xm_dtype_t dt) { return xm_dtype_name(dt); }
 
 /* Emits `<prefix>xm_k_<name>(args);` after checking it against the table. */
 static void emit_call(gen_t *g, const xm_ir_op_t *op, const char *prefix, const char *name,
@@ -1125,7 +1147,7 @@ static void emit_row(gen_t *g, const char *name, const char *category, const xm_
   xm_strbuf_puts(&row, "{");
   xm_codegen_c_string(&row, name, 0);
   xm_strbuf_printf(&row, ", %s, %s, %d, {", category,
-                   v->type.dtype == XM_DT_I32 ? "XM_RT_I32" : "XM_RT_F32", v->type.rank);
+                   abi_dtype(g, v->def, v->type.dtype)->constant, v->type.rank);
   for (int i = 0; i < v->type.rank; i++)
     xm_strbuf_printf(&row, "%s%" PRId64, i ? ", " : "", v->type.dims[i]);
   if (v->type.rank == 0) xm_strbuf_puts(&row, "0");

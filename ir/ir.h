@@ -109,6 +109,8 @@ typedef enum {
 const char *xm_mesh_axis_name(xm_mesh_axis_t a); /* "dp", "tp", ... */
 bool xm_mesh_axis_from_name(const char *name, xm_mesh_axis_t *out);
 
+/* = XM_RT_MAX_RANK of the runtime ABI (runtime/abi/program.h; codegen
+ * checks they agree). */
 #define XM_IR_MAX_RANK 6
 
 typedef struct {

@@ -30,7 +30,16 @@ typedef enum {
   XM_RT_CAT_COUNT_
 } xm_rt_category_t;
 
-typedef enum { XM_RT_F32 = 0, XM_RT_I32 = 1 } xm_rt_dtype_t;
+/* Element types of the tensor table, from runtime/abi/dtypes.def. */
+typedef enum {
+#define XM_DTYPE(e, name, bytes, ctype) XM_RT_##e,
+#include "runtime/abi/dtypes.def"
+#undef XM_DTYPE
+  XM_RT_DTYPE_COUNT_
+} xm_rt_dtype_t;
+
+/* The most dims a tensor of the ABI has (the IR's XM_IR_MAX_RANK is this). */
+#define XM_RT_MAX_RANK 6
 typedef enum {
   XM_RT_INIT_NONE = 0,
   XM_RT_INIT_NORMAL,
@@ -44,7 +53,7 @@ typedef struct {
   int category;         /* xm_rt_category_t */
   int dtype;            /* xm_rt_dtype_t */
   int rank;
-  int64_t dims[6];      /* upper bounds for dynamic dims */
+  int64_t dims[XM_RT_MAX_RANK]; /* upper bounds for dynamic dims */
   int persistent;       /* 1: in the persistent arena (params, states) */
   int64_t offset;       /* bytes from the start of its arena */
   int64_t bytes;
