@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/fusion.sh — the fused padding-free permutation against the unfused
 # program, side by side in one run: the activation arena each compile
-# reports (samples/tiny.json and samples/xmoe-small.json, one rank), then
+# reports (samples/tiny.json and samples/xmoe-small.json, one rank; the
+# latter compiled in fp32, as fuse-permute-gemm builds fp32 programs), then
 # the tiny sample trained STEPS steps (default 30) both ways on the same
 # text with the same seed: the first step whose loss differs, the loss
 # difference at the end, and the tokens/s of each (best of two runs).
@@ -14,8 +15,16 @@ steps=${1:-30}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+/usr/bin/python3 - "$root/samples/xmoe-small.json" "$work/xmoe-small.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+spec["training"]["dtype"] = "fp32"
+json.dump(spec, open(sys.argv[2], "w"))
+PY
 for spec in tiny xmoe-small; do
-  line=$("$xmoec" compile "$root/samples/$spec.json" -o "$work/$spec" --no-build 2>/dev/null |
+  src="$root/samples/$spec.json"
+  [[ $spec == xmoe-small ]] && src="$work/xmoe-small.json"
+  line=$("$xmoec" compile "$src" -o "$work/$spec" --no-build 2>/dev/null |
          grep '^fuse-permute-gemm:')
   echo "$spec: ${line#fuse-permute-gemm: }"
 done
