@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "runtime/abi/workspace.h"
 #include "runtime/cpu/kernels.h"
 
 /* Deterministic inputs in [-0.5, 0.5): equal for every build compared. */
@@ -50,21 +51,25 @@ int main(int argc, char **argv) {
   int64_t nq = B * S * Hq * D, nk = B * S * Hkv * D;
   float *q = filled(nq, 1), *k = filled(nk, 2), *v = filled(nk, 3), *dout = filled(nq, 4);
   float *out = filled(nq, 5), *dq = filled(nq, 6), *dk = filled(nk, 7), *dv = filled(nk, 8);
+  /* The kernels' scratch, as the memory plan sizes it (runtime/abi/workspace.h). */
+  float *ws_f = malloc((size_t)xm_ws_attention(B, S, Hq));
+  float *ws_b = malloc((size_t)xm_ws_attention_grad(B, S, Hkv));
+  float *ws_r = malloc((size_t)xm_ws_rope(S, D));
   float scale = 1.0f / sqrtf((float)D);
   double best[3] = {1e30, 1e30, 1e30};
   for (int r = 0; r < reps; r++) {
     double t0 = omp_get_wtime();
-    xm_k_attention(q, k, v, out, B, S, Hq, Hkv, D, D, scale);
+    xm_k_attention(q, k, v, out, B, S, Hq, Hkv, D, D, scale, ws_f);
     double t1 = omp_get_wtime();
-    xm_k_attention_grad(dout, q, k, v, dq, dk, dv, B, S, Hq, Hkv, D, D, scale);
+    xm_k_attention_grad(dout, q, k, v, dq, dk, dv, B, S, Hq, Hkv, D, D, scale, ws_b);
     double t2 = omp_get_wtime();
-    xm_k_rope(q, dq, B, S, Hq, D, 10000.0f);
+    xm_k_rope(q, dq, B, S, Hq, D, 10000.0f, ws_r);
     double t3 = omp_get_wtime();
     double t[3] = {t1 - t0, t2 - t1, t3 - t2};
     for (int i = 0; i < 3; i++)
       best[i] = t[i] < best[i] ? t[i] : best[i];
   }
-  xm_k_attention_grad(dout, q, k, v, dq, dk, dv, B, S, Hq, Hkv, D, D, scale);
+  xm_k_attention_grad(dout, q, k, v, dq, dk, dv, B, S, Hq, Hkv, D, D, scale, ws_b);
   double sum = 0.0;
   for (int64_t i = 0; i < nq; i++)
     sum += (double)out[i] + (double)dq[i];

@@ -434,10 +434,10 @@ static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
          KV(OUT(0)), KS(count(g, IN(0))));
     break;
   case XM_OP_ROPE:
-    CALL("rope", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")));
+    CALL("rope", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")), KS(workspace(g, op)));
     break;
   case XM_OP_ATTENTION:
-    CALL("attention", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(1), 2)), KI(dim(IN(0), 3)), KI(dim(IN(2), 3)), KS(fattr(g, op, "scale")));
+    CALL("attention", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(1), 2)), KI(dim(IN(0), 3)), KI(dim(IN(2), 3)), KS(fattr(g, op, "scale")), KS(workspace(g, op)));
     break;
   case XM_OP_CROSS_ENTROPY:
     CALL("cross_entropy", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(0)) / dim(IN(0), -1)), KI(dim(IN(0), -1)));
@@ -472,13 +472,13 @@ static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
     CALL("reduce_to", KV(IN(0)), KV(OUT(0)), KS(count(g, IN(0))), KS(count(g, OUT(0))));
     break;
   case XM_OP_RMSNORM_GRAD:
-    CALL("rmsnorm_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KV(OUT(1)), KS(count_div(g, IN(1), dim(IN(1), -1))), KI(dim(IN(1), -1)), KS(fattr(g, op, "eps")));
+    CALL("rmsnorm_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KV(OUT(1)), KS(count_div(g, IN(1), dim(IN(1), -1))), KI(dim(IN(1), -1)), KS(fattr(g, op, "eps")), KS(workspace(g, op)));
     break;
   case XM_OP_ROPE_GRAD:
-    CALL("rope_grad", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")));
+    CALL("rope_grad", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")), KS(workspace(g, op)));
     break;
   case XM_OP_ATTENTION_GRAD:
-    CALL("attention_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KV(OUT(1)), KV(OUT(2)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(1), 2)), KI(dim(IN(2), 2)), KI(dim(IN(1), 3)), KI(dim(IN(3), 3)), KS(fattr(g, op, "scale")));
+    CALL("attention_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KV(OUT(1)), KV(OUT(2)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(1), 2)), KI(dim(IN(2), 2)), KI(dim(IN(1), 3)), KI(dim(IN(3), 3)), KS(fattr(g, op, "scale")), KS(workspace(g, op)));
     break;
   case XM_OP_EMBEDDING_GRAD:
     CALL("embedding_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(1))), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 1)));

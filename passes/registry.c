@@ -14,6 +14,7 @@ extern const xm_pass_info_t xm_pass_dce;
 extern const xm_pass_info_t xm_pass_fold_accumulate;
 extern const xm_pass_info_t xm_pass_fuse_permute_gemm;
 extern const xm_pass_info_t xm_pass_host_reads;
+extern const xm_pass_info_t xm_pass_kernel_workspace;
 extern const xm_pass_info_t xm_pass_mixed_precision;
 extern const xm_pass_info_t xm_pass_shape_infer;
 extern const xm_pass_info_t xm_pass_strip_locations;
@@ -28,6 +29,7 @@ static const xm_pass_info_t *const k_passes[] = {
     &xm_pass_fold_accumulate, /* weight-gradient GEMMs add into their grad states */
     &xm_pass_fuse_permute_gemm, /* gather and combine folded into grouped GEMMs */
     &xm_pass_host_reads,      /* host_read ops where the host needs device values */
+    &xm_pass_kernel_workspace, /* kernel scratch as op workspaces for the memory plan */
     &xm_pass_mixed_precision, /* bf16 GEMM operands, f32 accumulation */
     &xm_pass_shape_infer,     /* result types recomputed from operands */
     &xm_pass_strip_locations, /* every loc set to "" */

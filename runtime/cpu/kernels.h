@@ -8,6 +8,12 @@
  * xm_k_accumulate and the *_dw_acc weight gradients, which add into the
  * grad state directly), so the memory planner may hand them dirty buffers.
  *
+ * Scratch: a kernel that needs some takes it as its last argument `ws`,
+ * sized by its formula in runtime/abi/workspace.h (bytes, from the
+ * kernel's own size arguments; the compiler's kernel-workspace pass puts
+ * it in the memory plan), 8-byte aligned and possibly dirty. Kernels never
+ * allocate; a formula that gives 0 (empty shapes) means ws is not touched.
+ *
  * Routed sizes: `n` is the number of token slots actually present in the
  * expert-sorted buffers (the value returned by xm_k_permute; T*k when
  * dropless); buffers are allocated for the bound, only the first n rows are
@@ -22,7 +28,8 @@
 
 #include <stdint.h>
 
-#include "runtime/abi/kernels.h" /* xm_bf16_t */
+#include "runtime/abi/kernels.h"   /* xm_bf16_t */
+#include "runtime/abi/workspace.h" /* the ws formulas */
 
 /* Scoring functions (same numbering as frontend xm_scoring_t). */
 enum { XM_K_SOFTMAX = 0, XM_K_SIGMOID = 1 };
@@ -64,23 +71,31 @@ void xm_k_swiglu_grad(const float *dy, const float *g, const float *u, float *dg
 
 /* y[r,:] = x[r,:] * rsqrt(mean(x[r,:]^2) + eps) * w, rows r < rows. */
 void xm_k_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t H, float eps);
-/* dw is overwritten with the sum over rows. */
+/* dw is overwritten with the sum over rows. ws: xm_ws_rmsnorm_grad(rows,
+ * H) bytes (one float per row), rows the bound of a routed buffer. */
 void xm_k_rmsnorm_grad(const float *dy, const float *x, const float *w, float *dx, float *dw,
-                       int64_t rows, int64_t H, float eps);
+                       int64_t rows, int64_t H, float eps, float *ws);
 
-/* HF Llama RoPE (rotate_half) of x[B,S,nh,D] at positions 0..S-1. */
+/* HF Llama RoPE (rotate_half) of x[B,S,nh,D] at positions 0..S-1. ws:
+ * xm_ws_rope(S, D) bytes (the inverse frequencies and the cos/sin table),
+ * for both directions. */
 void xm_k_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D,
-               float theta);
+               float theta, float *ws);
 void xm_k_rope_grad(const float *dy, float *dx, int64_t B, int64_t S, int64_t nh, int64_t D,
-                    float theta);
+                    float theta, float *ws);
 
 /* Causal attention: q[B,S,Hq,D], k[B,S,Hkv,D], v[B,S,Hkv,Dv] ->
- * out[B,S,Hq,Dv]; query head h uses kv head h / (Hq/Hkv). */
+ * out[B,S,Hq,Dv]; query head h uses kv head h / (Hq/Hkv). ws: one
+ * probability tile per thread slot, xm_ws_attention(B, S, Hq) bytes
+ * forward and xm_ws_attention_grad(B, S, Hkv) backward; the slots are
+ * fixed by the shapes (at most XM_WS_ATTN_SLOTS) and the kernels run at
+ * most that many threads, with the same bits on any team size. */
 void xm_k_attention(const float *q, const float *k, const float *v, float *out, int64_t B,
-                    int64_t S, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv, float scale);
+                    int64_t S, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv, float scale,
+                    float *ws);
 void xm_k_attention_grad(const float *dout, const float *q, const float *k, const float *v,
                          float *dq, float *dk, float *dv, int64_t B, int64_t S, int64_t Hq,
-                         int64_t Hkv, int64_t D, int64_t Dv, float scale);
+                         int64_t Hkv, int64_t D, int64_t Dv, float scale, float *ws);
 
 /* y[i,:] = table[tok[i],:]; token ids are validated by the data loader. */
 void xm_k_embedding(const int32_t *tok, const float *table, float *y, int64_t n_tok, int64_t H);

@@ -12,6 +12,8 @@
  * step (error ~1e-16 per step in double, ~1e-14 after a block: far below a
  * float ulp). Anchors sit at fixed multiples, so the table does not depend
  * on S or on the thread count. The backward pass is the inverse rotation.
+ * The inverse frequencies and the table live in the caller's workspace
+ * (xm_ws_rope of runtime/abi/workspace.h; kernels never allocate).
  *
  * Attention is exact (not online-softmax): per (batch, query head) the
  * query rows are cut into tiles of XM_K_ATTN_TILE rows; for the tile [i0,
@@ -32,9 +34,18 @@
  * those sums free of races and of atomics.
  *
  * Threads: the (batch, head) units run in an OpenMP team and every GEMM
- * runs single-threaded inside it. The Debian OpenBLAS is the pthread
- * flavour, which cannot tell that it is called from an OpenMP team: a GEMM
- * it decides to thread then fights the team for the cores (measured: 64 x
+ * runs single-threaded inside it. Each thread computes its tiles in its own
+ * slot of the caller's workspace (a tile x S probability buffer forward,
+ * two backward); the slots are fixed by the shapes (xm_ws_attention_slots,
+ * xm_ws_attention_grad_slots of runtime/abi/workspace.h: at most
+ * XM_WS_ATTN_SLOTS, never more than the units), so the compiler can size
+ * the workspace, and the team is capped at that many threads. A unit is
+ * computed the same way in any slot and its scratch is written before it
+ * is read, so the results do not depend on the team size.
+ *
+ * The Debian OpenBLAS is the pthread flavour, which cannot tell that it is
+ * called from an OpenMP team: a GEMM it decides to thread then fights the
+ * team for the cores (measured: 64 x
  * 129 x 32 GEMMs from 2 OpenMP threads drop from 48 to 7 GFLOP/s with
  * OPENBLAS_NUM_THREADS=2). It stays on the calling thread when M*N*K <=
  * 65536 * GEMM_MULTITHREAD_THRESHOLD (4 by default) = 2^18, so gemm_st
@@ -51,16 +62,18 @@
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
-#include <stdlib.h>
+#include <omp.h>
 #include <string.h>
 
+#include "runtime/abi/workspace.h"
 #include "support/status.h"
 
 /* Below this many multiply-adds a kernel stays on the calling thread. */
 #define XM_K_ATTN_PAR_MIN ((int64_t)1 << 15)
 /* Query rows per tile: smaller tiles waste less of the diagonal block (a
- * tile computes tile^2/2 masked scores), larger ones make better GEMMs. */
-#define XM_K_ATTN_TILE 64
+ * tile computes tile^2/2 masked scores), larger ones make better GEMMs.
+ * The workspace formulas size the tiles' buffers with the same constant. */
+#define XM_K_ATTN_TILE XM_WS_ATTN_TILE
 /* Largest M*N*K that OpenBLAS runs on the calling thread (see above). */
 #define XM_K_ATTN_GEMM_MAX ((int64_t)1 << 18)
 /* Positions per exactly computed RoPE anchor. */
@@ -85,15 +98,17 @@ static void rope_table_block(const double *inv_freq, int64_t half, int64_t s0, i
   }
 }
 
-/* dir = +1 rotates forward, -1 applies the inverse rotation (the gradient). */
+/* dir = +1 rotates forward, -1 applies the inverse rotation (the gradient).
+ * ws (xm_ws_rope bytes): inv_freq double[half], then cos [S,half], then
+ * sin [S,half] as floats; 8-byte aligned, since half doubles come first. */
 static void rope_apply(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D,
-                       float theta, float dir) {
+                       float theta, float dir, float *ws) {
   XM_ASSERT(D % 2 == 0);
   int64_t half = D / 2;
   if (B <= 0 || S <= 0 || nh <= 0 || half == 0) return;
-  double *inv_freq = malloc((size_t)half * sizeof *inv_freq);
-  float *cs = malloc((size_t)(2 * S * half) * sizeof *cs); /* cos [S,half], then sin */
-  XM_ASSERT(inv_freq != NULL && cs != NULL);
+  XM_ASSERT(ws != NULL);
+  double *inv_freq = (double *)(void *)ws;
+  float *cs = (float *)(void *)(inv_freq + half);
   float *sn = cs + S * half;
   for (int64_t i = 0; i < half; i++)
     inv_freq[i] = pow((double)theta, -2.0 * (double)i / (double)D);
@@ -120,17 +135,16 @@ static void rope_apply(const float *x, float *y, int64_t B, int64_t S, int64_t n
       }
     }
   }
-  free(cs);
-  free(inv_freq);
 }
 
-void xm_k_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D, float theta) {
-  rope_apply(x, y, B, S, nh, D, theta, 1.0f);
+void xm_k_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D, float theta,
+               float *ws) {
+  rope_apply(x, y, B, S, nh, D, theta, 1.0f, ws);
 }
 
 void xm_k_rope_grad(const float *dy, float *dx, int64_t B, int64_t S, int64_t nh, int64_t D,
-                    float theta) {
-  rope_apply(dy, dx, B, S, nh, D, theta, -1.0f);
+                    float theta, float *ws) {
+  rope_apply(dy, dx, B, S, nh, D, theta, -1.0f, ws);
 }
 
 /* ---- single-threaded GEMM pieces ------------------------------------------ */
@@ -341,18 +355,27 @@ static void attn_probs(const attn_head_t *hd, const attn_dims_t *a, int64_t i0, 
   causal_softmax_tile(p, a->S, i0, i1 - i0, i1);
 }
 
+/* Threads for `slots` slots: the team never outgrows the workspace. */
+static int attn_team(int64_t slots) {
+  int64_t nt = omp_get_max_threads();
+  nt = nt < slots ? nt : slots;
+  return nt > 1 ? (int)nt : 1;
+}
+
 void xm_k_attention(const float *q, const float *k, const float *v, float *out, int64_t B,
-                    int64_t S, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv, float scale) {
+                    int64_t S, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv, float scale,
+                    float *ws) {
   XM_ASSERT(Hkv > 0 && Hq % Hkv == 0);
   if (B <= 0 || S <= 0 || Hq <= 0) return;
+  XM_ASSERT(ws != NULL);
   attn_dims_t a = {B, S, Hq, Hkv, D, Dv, scale};
   int64_t ntile = (S + XM_K_ATTN_TILE - 1) / XM_K_ATTN_TILE;
   int64_t work = B * Hq * S * S * (D + Dv) / 2;
-#pragma omp parallel if (work >= XM_K_ATTN_PAR_MIN)
+  int64_t rows = xm_ws_attn_rows(S);
+  int nt = attn_team(xm_ws_attention_slots(B, S, Hq));
+#pragma omp parallel num_threads(nt) if (work >= XM_K_ATTN_PAR_MIN)
   {
-    int64_t rows = S < XM_K_ATTN_TILE ? S : XM_K_ATTN_TILE;
-    float *p = malloc((size_t)(rows * S) * sizeof *p);
-    XM_ASSERT(p != NULL);
+    float *p = ws + (int64_t)omp_get_thread_num() * rows * S;
     /* the last tiles are the largest: hand them out first */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < B * Hq * ntile; u++) {
@@ -363,7 +386,6 @@ void xm_k_attention(const float *q, const float *k, const float *v, float *out, 
       gemm_st(0, 0, i1 - i0, Dv, i1, 1.0f, p, S, hd.v, hd.ldv, 0.0f,
               out + ((bh / Hq * S + i0) * Hq + bh % Hq) * Dv, Hq * Dv);
     }
-    free(p);
   }
 }
 
@@ -423,17 +445,18 @@ static void attn_grad_head(const float *dout, const float *q, const float *k, co
 
 void xm_k_attention_grad(const float *dout, const float *q, const float *k, const float *v,
                          float *dq, float *dk, float *dv, int64_t B, int64_t S, int64_t Hq,
-                         int64_t Hkv, int64_t D, int64_t Dv, float scale) {
+                         int64_t Hkv, int64_t D, int64_t Dv, float scale, float *ws) {
   XM_ASSERT(Hkv > 0 && Hq % Hkv == 0);
   if (B <= 0 || S <= 0 || Hq <= 0) return;
+  XM_ASSERT(ws != NULL);
   attn_dims_t a = {B, S, Hq, Hkv, D, Dv, scale};
   int64_t group = Hq / Hkv;
   int64_t work = B * Hq * S * S * (D + Dv);
-#pragma omp parallel if (work >= XM_K_ATTN_PAR_MIN)
+  int64_t rows = xm_ws_attn_rows(S);
+  int nt = attn_team(xm_ws_attention_grad_slots(B, S, Hkv));
+#pragma omp parallel num_threads(nt) if (work >= XM_K_ATTN_PAR_MIN)
   {
-    int64_t rows = S < XM_K_ATTN_TILE ? S : XM_K_ATTN_TILE;
-    float *p = malloc((size_t)(2 * rows * S) * sizeof *p);
-    XM_ASSERT(p != NULL);
+    float *p = ws + (int64_t)omp_get_thread_num() * 2 * rows * S;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bk = 0; bk < B * Hkv; bk++) {
       int64_t b = bk / Hkv, hk = bk % Hkv;
@@ -445,6 +468,5 @@ void xm_k_attention_grad(const float *dout, const float *q, const float *k, cons
       for (int64_t h = hk * group; h < (hk + 1) * group; h++)
         attn_grad_head(dout, q, k, v, dq, dk, dv, b, h, &a, p, p + rows * S);
     }
-    free(p);
   }
 }

@@ -435,15 +435,16 @@ void xm_k_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_
 /* With n = x * inv: dx = inv * (w*dy - x * inv^2 * mean(w*dy*x)); the
  * weight gradient is sum over rows of dy * n, a column sum weighted by each
  * row's inv, done after dx so that it can reuse the row factors. dx may not
- * alias x (the second pass reads x again). */
+ * alias x (the second pass reads x again). The row factors wait for that
+ * pass in ws (xm_ws_rmsnorm_grad bytes, runtime/abi/workspace.h). */
 void xm_k_rmsnorm_grad(const float *dy, const float *x, const float *w, float *dx, float *dw,
-                       int64_t rows, int64_t H, float eps) {
+                       int64_t rows, int64_t H, float eps, float *ws) {
   if (rows <= 0 || H <= 0) {
     if (H > 0) xm_k_fill(dw, H, 0.0f);
     return;
   }
-  float *inv = malloc((size_t)rows * sizeof *inv);
-  XM_ASSERT(inv != NULL);
+  XM_ASSERT(ws != NULL);
+  float *inv = ws;
 #pragma omp parallel for if (rows * H >= XM_K_PAR_MIN_HEAVY) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * H, *dyr = dy + r * H;
@@ -479,7 +480,6 @@ void xm_k_rmsnorm_grad(const float *dy, const float *x, const float *w, float *d
     for (int64_t j = 0; j < nj; j++)
       dw[j0 + j] = (float)acc[j];
   }
-  free(inv);
 }
 
 /* ---- embedding ------------------------------------------------------------ */

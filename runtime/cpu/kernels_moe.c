@@ -367,7 +367,11 @@ void xm_k_scatter_combine_grad(const float *dout, const float *y, const int32_t 
  * for dw (which sums over the rows, so those are not cut). Jobs are handed
  * out dynamically, since experts get different row counts. This needs
  * OpenBLAS to run single-threaded (out/train sets it so); when it does not,
- * each GEMM is left to OpenBLAS's threads, one expert after the other. */
+ * each GEMM is left to OpenBLAS's threads, one expert after the other.
+ * Job j maps to its expert through a cursor each thread moves forward only
+ * (the monotonic schedule hands a thread its jobs in increasing order, as
+ * in kernels_fused.c), so no per-expert prefix table is built and the
+ * kernels need no scratch: they never allocate. */
 
 /* Rows of one job: experts of up to this many rows are one job, larger ones
  * are cut into about this many rows each. */
@@ -416,37 +420,32 @@ static int64_t group_pieces(int64_t rows) {
 }
 
 static void grouped(const group_args_t *g, const int32_t *tpe, int64_t E) {
-  int64_t n = 0;
-  for (int64_t e = 0; e < E; e++)
+  int64_t n = 0, total = 0;
+  for (int64_t e = 0; e < E; e++) {
     n += tpe[e];
+    total += group_pieces(tpe[e]);
+  }
   int par = n * g->K * g->M >= XM_K_GROUP_PAR_MIN && !omp_in_parallel() &&
             omp_get_max_threads() > 1 && openblas_get_num_threads() == 1;
-  /* Per expert: first row, then first job (prefix sums), in one block. */
-  int64_t *row = par ? malloc(sizeof(int64_t) * (size_t)(2 * E + 2)) : NULL;
-  if (!row) {
+  if (!par) {
     for (int64_t e = 0, r0 = 0; e < E; r0 += tpe[e], e++)
       if (tpe[e] > 0 || g->kind == GROUP_DW) group_job(g, e, r0, tpe[e], 0, 1);
     return;
   }
-  int64_t *job = row + E + 1;
-  row[0] = job[0] = 0;
-  for (int64_t e = 0; e < E; e++) {
-    row[e + 1] = row[e] + tpe[e];
-    job[e + 1] = job[e] + group_pieces(tpe[e]);
-  }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t j = 0; j < job[E]; j++) {
-    int64_t lo = 0, hi = E - 1; /* the expert e with job[e] <= j < job[e + 1] */
-    while (lo < hi) {
-      int64_t mid = (lo + hi + 1) / 2;
-      if (job[mid] <= j)
-        lo = mid;
-      else
-        hi = mid - 1;
+#pragma omp parallel
+  {
+    /* Expert e of the cursor, its first row and its first job. */
+    int64_t e = 0, row = 0, job = 0;
+#pragma omp for schedule(monotonic : dynamic, 1)
+    for (int64_t j = 0; j < total; j++) {
+      while (j >= job + group_pieces(tpe[e])) {
+        job += group_pieces(tpe[e]);
+        row += tpe[e];
+        e++;
+      }
+      group_job(g, e, row, tpe[e], j - job, group_pieces(tpe[e]));
     }
-    group_job(g, lo, row[lo], tpe[lo], j - job[lo], job[lo + 1] - job[lo]);
   }
-  free(row);
 }
 
 void xm_k_grouped_matmul(const float *x, const float *w, const int32_t *tpe, float *y, int64_t E,

@@ -19,6 +19,7 @@
 
 #include "runtime/abi/bf16.h" /* xm_bf16_gemm_ws_floats: the workspace contract */
 #include "runtime/abi/kernels.h"
+#include "runtime/abi/workspace.h" /* xm_ws_*: the f32 kernels' workspace contract */
 #include "tests/backend/reference.h"
 
 /* Scoring numbers of runtime/cpu/kernels.h. */
@@ -270,6 +271,31 @@ static void chk_bits(cx_t *c, const char *what, const void *dev, int64_t from, i
 static void chk_untouched(cx_t *c, const char *what, const void *dev, int64_t from, int64_t to) {
   chk_bits(c, what, dev, from, to, GARBAGE_BITS);
 }
+
+/* ---- workspaces ------------------------------------------------------------
+ * A kernel's workspace (runtime/abi/workspace.h, runtime/abi/bf16.h) from
+ * be->alloc: exactly the formula's floats, NaN (the plan hands kernels
+ * dirty scratch, and reading what was not written shows), then `guard`
+ * floats of GUARD_BITS that must survive. */
+static float *ws_new_guarded(cx_t *c, int64_t floats, int64_t guard) {
+  float *s = dnew(c, sizeof(float) * (size_t)(floats + guard));
+  if (floats) c->be->fill32(c->be, s, GARBAGE_BITS, (size_t)floats, NULL);
+  if (guard) c->be->fill32(c->be, s + floats, GUARD_BITS, (size_t)guard, NULL);
+  return s;
+}
+
+static void ws_guard_n(cx_t *c, const float *s, int64_t floats, int64_t guard, const char *what) {
+  chk_bits(c, what, s, floats, floats + guard, GUARD_BITS);
+}
+
+static float *ws_new(cx_t *c, int64_t floats) { return ws_new_guarded(c, floats, GUARD_FLOATS); }
+
+static void ws_guard(cx_t *c, const float *s, int64_t floats, const char *what) {
+  ws_guard_n(c, s, floats, GUARD_FLOATS, what);
+}
+
+/* Floats of a workspace formula's bytes (every formula is whole floats). */
+static int64_t ws_floats(int64_t bytes) { return bytes / (int64_t)sizeof(float); }
 
 /* Element i of a fetched output must be exactly zero (zero by structure). */
 static void want_zero(cx_t *c, const char *what, const float *got, int64_t i) {
@@ -826,10 +852,13 @@ static void t_rmsnorm_grad(cx_t *c) {
     float *dy = hrand(c, n, -1, 1), *x = hrand(c, n, -2, 2), *w = hrand(c, s.H, 0.5f, 1.5f);
     float *dx = hf(c, n), *dw = hf(c, s.H);
     float *ddx = ddirty(c, n), *ddw = ddirty(c, s.H);
-    KT->rmsnorm_grad(df(c, dy, n), df(c, x, n), df(c, w, s.H), ddx, ddw, s.rows, s.H, s.eps);
+    int64_t wf = ws_floats(xm_ws_rmsnorm_grad(s.rows, s.H));
+    float *ws = ws_new(c, wf);
+    KT->rmsnorm_grad(df(c, dy, n), df(c, x, n), df(c, w, s.H), ddx, ddw, s.rows, s.H, s.eps, ws);
     xm_ref_rmsnorm_grad(dy, x, w, dx, dw, s.rows, s.H, s.eps);
     chk_f(c, "dx", ddx, dx, n, TOL_GRAD);
     chk_f(c, "dw", ddw, dw, s.H, TOL_SUM);
+    ws_guard(c, ws, wf, "guard after ws");
   }
 }
 
@@ -850,14 +879,17 @@ static void rope_cases(cx_t *c, int grad) {
     case_begin(c, "B=%lld S=%lld nh=%lld D=%lld theta=%g", (long long)s.B, (long long)s.S,
                (long long)s.nh, (long long)s.D, s.theta);
     float *x = hrand(c, n, -1, 1), *y = hf(c, n), *d = ddirty(c, n);
+    int64_t wf = ws_floats(xm_ws_rope(s.S, s.D));
+    float *ws = ws_new(c, wf);
     if (grad) {
-      KT->rope_grad(df(c, x, n), d, s.B, s.S, s.nh, s.D, s.theta);
+      KT->rope_grad(df(c, x, n), d, s.B, s.S, s.nh, s.D, s.theta, ws);
       xm_ref_rope_grad(x, y, s.B, s.S, s.nh, s.D, s.theta);
     } else {
-      KT->rope(df(c, x, n), d, s.B, s.S, s.nh, s.D, s.theta);
+      KT->rope(df(c, x, n), d, s.B, s.S, s.nh, s.D, s.theta, ws);
       xm_ref_rope(x, y, s.B, s.S, s.nh, s.D, s.theta);
     }
     chk_f(c, grad ? "dx" : "y", d, y, n, TOL_TRANS);
+    ws_guard(c, ws, wf, "guard after ws");
   }
 }
 static void t_rope(cx_t *c) { rope_cases(c, 0); }
@@ -875,6 +907,8 @@ static const attn_t k_attn[] = {
     {2, 9, 2, 1, 16, 3, 0.7f}, /* another scale */
     {1, 1, 6, 2, 8, 12, 0},    /* S = 1 with GQA */
     {2, 64, 4, 2, 16, 12, 0},  /* above the CPU's threshold for threads */
+    {1, 64, 1, 1, 32, 32, 0},  /* above it with one unit each way: one slot */
+    {1, 130, 2, 1, 16, 16, 0}, /* three row tiles, the last ragged; one kv head */
 };
 #define N_ATTN ((int)(sizeof k_attn / sizeof k_attn[0]))
 
@@ -889,10 +923,15 @@ static void t_attention(cx_t *c) {
     int64_t nv = s.B * s.S * s.Hkv * s.Dv, no = s.B * s.S * s.Hq * s.Dv;
     float *q = hrand(c, nq, -2, 2), *k = hrand(c, nk, -2, 2), *v = hrand(c, nv, -1, 1);
     float *out = hf(c, no), *d = ddirty(c, no);
+    /* guard: one slot more, where a thread beyond the slots would write */
+    int64_t wf = ws_floats(xm_ws_attention(s.B, s.S, s.Hq));
+    int64_t wg = xm_ws_attn_rows(s.S) * s.S + GUARD_FLOATS;
+    float *ws = ws_new_guarded(c, wf, wg);
     KT->attention(df(c, q, nq), df(c, k, nk), df(c, v, nv), d, s.B, s.S, s.Hq, s.Hkv, s.D, s.Dv,
-                  scale);
+                  scale, ws);
     xm_ref_attention(q, k, v, out, s.B, s.S, s.Hq, s.Hkv, s.D, s.Dv, scale);
-    chk_f(c, "out", d, out, no, TOL_SUM);
+    chk_f(c, "out", d, out, no, tol_sum(s.S));
+    ws_guard_n(c, ws, wf, wg, "guard after ws");
   }
 }
 
@@ -909,12 +948,16 @@ static void t_attention_grad(cx_t *c) {
     float *g = hrand(c, no, -1, 1);
     float *dq = hf(c, nq), *dk = hf(c, nk), *dv = hf(c, nv);
     float *ddq = ddirty(c, nq), *ddk = ddirty(c, nk), *ddv = ddirty(c, nv);
+    int64_t wf = ws_floats(xm_ws_attention_grad(s.B, s.S, s.Hkv));
+    int64_t wg = 2 * xm_ws_attn_rows(s.S) * s.S + GUARD_FLOATS;
+    float *ws = ws_new_guarded(c, wf, wg);
     KT->attention_grad(df(c, g, no), df(c, q, nq), df(c, k, nk), df(c, v, nv), ddq, ddk, ddv, s.B,
-                       s.S, s.Hq, s.Hkv, s.D, s.Dv, scale);
+                       s.S, s.Hq, s.Hkv, s.D, s.Dv, scale, ws);
     xm_ref_attention_grad(g, q, k, v, dq, dk, dv, s.B, s.S, s.Hq, s.Hkv, s.D, s.Dv, scale);
     chk_f(c, "dq", ddq, dq, nq, TOL_GRAD);
     chk_f(c, "dk", ddk, dk, nk, TOL_GRAD);
     chk_f(c, "dv", ddv, dv, nv, TOL_GRAD);
+    ws_guard_n(c, ws, wf, wg, "guard after ws");
   }
 }
 
@@ -1726,17 +1769,6 @@ static const mkn_t k_mkn_bf16[] = {{1, 1, 1},  {3, 5, 4},  {7, 16, 9},
 #define N_MKN_BF16 ((int)(sizeof k_mkn_bf16 / sizeof k_mkn_bf16[0]))
 
 /* A workspace of exactly `floats` floats (NaN), then the guard. */
-static float *ws_new(cx_t *c, int64_t floats) {
-  float *s = dnew(c, sizeof(float) * (size_t)(floats + GUARD_FLOATS));
-  if (floats) c->be->fill32(c->be, s, GARBAGE_BITS, (size_t)floats, NULL);
-  c->be->fill32(c->be, s + floats, GUARD_BITS, GUARD_FLOATS, NULL);
-  return s;
-}
-
-static void ws_guard(cx_t *c, const float *s, int64_t floats, const char *what) {
-  chk_bits(c, what, s, floats, floats + GUARD_FLOATS, GUARD_BITS);
-}
-
 static void t_matmul_bf16(cx_t *c) {
   for (int i = 0; i < N_MKN_BF16; i++) {
     mkn_t s = k_mkn_bf16[i];

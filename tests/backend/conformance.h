@@ -32,11 +32,15 @@
  * buffers); routed inputs are NaN past row n, and routed outputs past row
  * n, like the words after an elementwise output, must keep their NaNs
  * (only n rows are read or written). The fused kernels' scratch
- * (tile_rows * slots * W floats) and the bf16 GEMMs' workspace
+ * (tile_rows * slots * W floats), the bf16 GEMMs' workspace
  * (xm_bf16_gemm_ws_floats of runtime/abi/bf16.h, rows the routed bound)
- * are exactly the documented size, NaN, and followed by a guard that must
- * survive: one thread's slice more than the scratch, so a kernel that
- * uses one thread too many writes into the guard, not past the buffer.
+ * and the workspaces of rope, rope_grad, attention, attention_grad and
+ * rmsnorm_grad (xm_ws_* of runtime/abi/workspace.h) are exactly the
+ * documented size, NaN, and followed by a guard that must survive: for
+ * the per-thread ones one thread's slice more than the scratch, so a
+ * kernel that uses one thread too many (attention with a single slot,
+ * above the CPU's threshold for a team) writes into the guard, not past
+ * the buffer.
  *
  * Tolerances (|got - want| <= atol + rtol |want|, inputs of order 1, the
  * reference in double): integer outputs (permute, topk_route's experts,

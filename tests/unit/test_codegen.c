@@ -35,7 +35,7 @@
 #include "support/strbuf.h"
 
 #define PIPELINE                                                                                   \
-  "autodiff{grad-accum=2},canonicalize,fold-accumulate,host-reads,plan-memory,schedule"
+  "autodiff{grad-accum=2},canonicalize,fold-accumulate,host-reads,kernel-workspace,plan-memory,schedule"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -579,7 +579,7 @@ static void test_program_spmd(void **state) {
   xm_diag_init(&d);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
-  xm_status_t st = xm_pass_pipeline_run(m, "host-reads,plan-memory,schedule", &po, &d);
+  xm_status_t st = xm_pass_pipeline_run(m, "host-reads,kernel-workspace,plan-memory,schedule", &po, &d);
   if (st != XM_OK) xm_diag_print(&d, stderr);
   assert_int_equal(st, XM_OK);
   xm_strbuf_t a, b;
@@ -768,7 +768,7 @@ static void test_program_rbd(void **state) {
   xm_diag_init(&d);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
-  xm_status_t st = xm_pass_pipeline_run(m, "host-reads,plan-memory,schedule", &po, &d);
+  xm_status_t st = xm_pass_pipeline_run(m, "host-reads,kernel-workspace,plan-memory,schedule", &po, &d);
   if (st != XM_OK) xm_diag_print(&d, stderr);
   assert_int_equal(st, XM_OK);
   xm_strbuf_t out;

@@ -59,6 +59,14 @@ static float *zero_buf(int64_t n) {
   return p;
 }
 
+/* A kernel workspace of the formula's bytes (runtime/abi/workspace.h),
+ * dirty like the memory plan's, so a kernel that reads scratch it did not
+ * write shows it. */
+static float *ws_buf(int64_t bytes) {
+  int64_t n = (bytes + (int64_t)sizeof(float) - 1) / (int64_t)sizeof(float);
+  return rand_buf(n, 1e30f, 2e30f);
+}
+
 static double *dzero(int64_t n) {
   double *p = calloc((size_t)(n > 0 ? n : 1), sizeof *p);
   assert_non_null(p);
@@ -346,11 +354,12 @@ static void rmsnorm_case(int64_t rows, int64_t H, int64_t max_checks) {
   }
   expect_close("rmsnorm", y, ref, rows * H, 1e-5);
   /* dw starts dirty (rand_buf above): the kernel must overwrite it */
-  xm_k_rmsnorm_grad(dy, x, w, dx, dw, rows, H, eps);
+  float *ws = ws_buf(xm_ws_rmsnorm_grad(rows, H));
+  xm_k_rmsnorm_grad(dy, x, w, dx, dw, rows, H, eps, ws);
   rn_ctx_t c = {x, w, rows, H, eps};
   check_grad("rmsnorm dx", rn_fwd, &c, x, rows * H, dy, rows * H, dx, max_checks);
   check_grad("rmsnorm dw", rn_fwd, &c, w, H, dy, rows * H, dw, max_checks);
-  free(x), free(w), free(y), free(dy), free(dx), free(dw), free(ref);
+  free(x), free(w), free(y), free(dy), free(dx), free(dw), free(ref), free(ws);
 }
 
 static void test_rmsnorm(void **state) {
@@ -366,10 +375,11 @@ typedef struct {
   float *x;
   int64_t B, S, nh, D;
   float theta;
+  float *ws;
 } rope_ctx_t;
 static void rope_fwd(void *c, float *out) {
   rope_ctx_t *r = c;
-  xm_k_rope(r->x, out, r->B, r->S, r->nh, r->D, r->theta);
+  xm_k_rope(r->x, out, r->B, r->S, r->nh, r->D, r->theta, r->ws);
 }
 
 static void test_rope(void **state) {
@@ -389,20 +399,21 @@ static void test_rope(void **state) {
           ref[o + i] = x1 * cos(a) - x2 * sin(a);
           ref[o + i + D / 2] = x2 * cos(a) + x1 * sin(a);
         }
-  xm_k_rope(x, y, B, S, nh, D, theta);
+  float *ws = ws_buf(xm_ws_rope(S, D));
+  xm_k_rope(x, y, B, S, nh, D, theta, ws);
   expect_close("rope", y, ref, n, 1e-6);
   /* position 0 is the identity */
   for (int64_t d = 0; d < D; d++)
     assert_true(y[d] == x[d]);
   /* the gradient is the inverse rotation: rope_grad(rope(x)) == x */
-  xm_k_rope_grad(y, back, B, S, nh, D, theta);
+  xm_k_rope_grad(y, back, B, S, nh, D, theta, ws);
   for (int64_t i = 0; i < n; i++)
     ref[i] = x[i];
   expect_close("rope_grad(rope)", back, ref, n, 1e-6);
-  xm_k_rope_grad(dy, dx, B, S, nh, D, theta);
-  rope_ctx_t c = {x, B, S, nh, D, theta};
+  xm_k_rope_grad(dy, dx, B, S, nh, D, theta, ws);
+  rope_ctx_t c = {x, B, S, nh, D, theta, ws};
   check_grad("rope dx", rope_fwd, &c, x, n, dy, n, dx, n);
-  free(x), free(y), free(back), free(dy), free(dx), free(ref);
+  free(x), free(y), free(back), free(dy), free(dx), free(ref), free(ws);
 }
 
 /* Far positions: the kernel's cos/sin table walks from anchor positions by
@@ -419,9 +430,10 @@ static void test_rope_long(void **state) {
       ref[s * D + i] = x1 * cos(a) - x2 * sin(a);
       ref[s * D + i + D / 2] = x2 * cos(a) + x1 * sin(a);
     }
-  xm_k_rope(x, y, 1, S, 1, D, theta);
+  float *ws = ws_buf(xm_ws_rope(S, D));
+  xm_k_rope(x, y, 1, S, 1, D, theta, ws);
   expect_close("rope far", y, ref, n, 1e-6);
-  free(x), free(y), free(ref);
+  free(x), free(y), free(ref), free(ws);
 }
 
 /* ---- attention -------------------------------------------------------------------- */
@@ -430,10 +442,11 @@ typedef struct {
   float *q, *k, *v;
   int64_t B, S, Hq, Hkv, D, Dv;
   float scale;
+  float *ws;
 } at_ctx_t;
 static void at_fwd(void *c, float *out) {
   at_ctx_t *a = c;
-  xm_k_attention(a->q, a->k, a->v, out, a->B, a->S, a->Hq, a->Hkv, a->D, a->Dv, a->scale);
+  xm_k_attention(a->q, a->k, a->v, out, a->B, a->S, a->Hq, a->Hkv, a->D, a->Dv, a->scale, a->ws);
 }
 
 static void ref_attention(const at_ctx_t *a, double *out) {
@@ -471,7 +484,8 @@ static void attention_case(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_
   int64_t no = B * S * Hq * Dv;
   at_ctx_t c = {
       rand_buf(nq, -qscale, qscale), rand_buf(nk, -1, 1), rand_buf(nv, -1, 1), B, S, Hq, Hkv, D, Dv,
-      1.0f / sqrtf((float)D)};
+      1.0f / sqrtf((float)D), ws_buf(xm_ws_attention(B, S, Hq))};
+  float *gws = ws_buf(xm_ws_attention_grad(B, S, Hkv));
   float *out = zero_buf(no), *dout = rand_buf(no, -1, 1);
   /* dirty outputs: the kernel must overwrite, not accumulate */
   float *dq = rand_buf(nq, 3, 4), *dk = rand_buf(nk, 3, 4), *dv = rand_buf(nv, 3, 4);
@@ -483,12 +497,12 @@ static void attention_case(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_
   for (int64_t h = 0; h < Hq; h++)
     for (int64_t d = 0; d < Dv; d++)
       assert_float_equal(out[h * Dv + d], c.v[(h / (Hq / Hkv)) * Dv + d], 1e-6);
-  xm_k_attention_grad(dout, c.q, c.k, c.v, dq, dk, dv, B, S, Hq, Hkv, D, Dv, c.scale);
+  xm_k_attention_grad(dout, c.q, c.k, c.v, dq, dk, dv, B, S, Hq, Hkv, D, Dv, c.scale, gws);
   check_grad("attention dq", at_fwd, &c, c.q, nq, dout, no, dq, max_checks);
   check_grad("attention dk", at_fwd, &c, c.k, nk, dout, no, dk, max_checks);
   check_grad("attention dv", at_fwd, &c, c.v, nv, dout, no, dv, max_checks);
   free(c.q), free(c.k), free(c.v), free(out), free(dout), free(dq), free(dk), free(dv);
-  free(ref);
+  free(ref), free(c.ws), free(gws);
 }
 
 static void test_attention(void **state) {

@@ -16,7 +16,10 @@
  * double formulas at 2e-6 relative (+1e-7 absolute), with odd lengths (the
  * zero-padded last vector), saturated inputs (exactly 0 and 1, no NaN)
  * and NaN propagation. The vectorised AdamW must equal its scalar formula
- * bit for bit.
+ * bit for bit. Grouped GEMMs must give the same bits on two threads as on
+ * three, attention on one as on two; attention must stay inside its workspace of
+ * runtime/abi/workspace.h (one slot per thread, slots fixed by the shapes)
+ * even when it has fewer slots than threads.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -149,8 +152,86 @@ static void test_grouped_threads(void **state) {
     check(acc + (int64_t)e * M * K, want, mag, M * K, 1e-4, "grouped_matmul_dw_acc");
     row += r;
   }
+  /* every job is the same GEMM whichever thread takes it, so another team
+   * size gives the same bits (one thread takes the serial path, whose
+   * whole-expert GEMMs may round differently) */
+  float *y1 = malloc(sizeof(float) * (size_t)(n * M)),
+        *dx1 = malloc(sizeof(float) * (size_t)(n * K));
+  float *dw1 = malloc(sizeof(float) * (size_t)(E * M * K));
+  assert_true(y1 && dx1 && dw1);
+  omp_set_num_threads(3);
+  xm_k_grouped_matmul(x, w, tpe, y1, E, K, M);
+  xm_k_grouped_matmul_dx(dy, w, tpe, dx1, E, K, M);
+  xm_k_grouped_matmul_dw(dy, x, tpe, dw1, E, K, M);
+  omp_set_num_threads(2);
+  assert_memory_equal(y, y1, sizeof(float) * (size_t)(n * M));
+  assert_memory_equal(dx, dx1, sizeof(float) * (size_t)(n * K));
+  assert_memory_equal(dw, dw1, sizeof(float) * (size_t)(E * M * K));
   free(x), free(w), free(dy), free(y), free(dx), free(dw), free(acc), free(acc0), free(want),
-      free(mag);
+      free(mag), free(y1), free(dx1), free(dw1);
+}
+
+/* Attention's scratch is one slot per thread of a workspace sized from the
+ * shapes alone (runtime/abi/workspace.h). The workspace is exactly the
+ * formula's size, dirty, with a canary after it: a kernel that ran more
+ * threads than slots would write into the canary. The results must be
+ * bitwise the same on one thread and on two. */
+#define CANARY 0x7fc5a5a5u
+
+static float *ws_with_canary(int64_t bytes, int64_t canary_floats) {
+  int64_t n = bytes / (int64_t)sizeof(float);
+  float *p = rand_buf(n + canary_floats, 31);
+  for (int64_t i = n; i < n + canary_floats; i++)
+    memcpy(p + i, &(uint32_t){CANARY}, sizeof(uint32_t));
+  return p;
+}
+
+static void canary_intact(const float *p, int64_t bytes, int64_t canary_floats) {
+  int64_t n = bytes / (int64_t)sizeof(float);
+  for (int64_t i = n; i < n + canary_floats; i++) {
+    uint32_t u;
+    memcpy(&u, p + i, sizeof u);
+    if (u != CANARY) fail_msg("workspace canary %lld overwritten", (long long)(i - n));
+  }
+}
+
+static void attention_threads_case(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D) {
+  int64_t nq = B * S * Hq * D, nk = B * S * Hkv * D, no = nq;
+  float *q = rand_buf(nq, 51), *k = rand_buf(nk, 52), *v = rand_buf(nk, 53), *g = rand_buf(no, 54);
+  float *out[2], *dq[2], *dk[2], *dv[2];
+  int64_t fb = xm_ws_attention(B, S, Hq), gb = xm_ws_attention_grad(B, S, Hkv);
+  /* a second slot's worth of canary: the first write past the formula */
+  int64_t rows = xm_ws_attn_rows(S), fc = rows * S, gc = 2 * rows * S;
+  float scale = 1.0f / sqrtf((float)D);
+  for (int t = 0; t < 2; t++) {
+    omp_set_num_threads(t + 1);
+    out[t] = malloc(sizeof(float) * (size_t)no), dq[t] = malloc(sizeof(float) * (size_t)nq);
+    dk[t] = malloc(sizeof(float) * (size_t)nk), dv[t] = malloc(sizeof(float) * (size_t)nk);
+    assert_true(out[t] && dq[t] && dk[t] && dv[t]);
+    float *fws = ws_with_canary(fb, fc), *gws = ws_with_canary(gb, gc);
+    xm_k_attention(q, k, v, out[t], B, S, Hq, Hkv, D, D, scale, fws);
+    xm_k_attention_grad(g, q, k, v, dq[t], dk[t], dv[t], B, S, Hq, Hkv, D, D, scale, gws);
+    canary_intact(fws, fb, fc);
+    canary_intact(gws, gb, gc);
+    free(fws), free(gws);
+  }
+  omp_set_num_threads(2);
+  assert_memory_equal(out[0], out[1], sizeof(float) * (size_t)no);
+  assert_memory_equal(dq[0], dq[1], sizeof(float) * (size_t)nq);
+  assert_memory_equal(dk[0], dk[1], sizeof(float) * (size_t)nk);
+  assert_memory_equal(dv[0], dv[1], sizeof(float) * (size_t)nk);
+  for (int t = 0; t < 2; t++)
+    free(out[t]), free(dq[t]), free(dk[t]), free(dv[t]);
+  free(q), free(k), free(v), free(g);
+}
+
+static void test_attention_threads(void **state) {
+  (void)state;
+  attention_threads_case(2, 130, 4, 2, 16); /* several tiles and kv heads per thread */
+  /* one unit each way: one slot, so the second thread must stay idle */
+  assert_int_equal(xm_ws_attention_slots(1, 64, 1), 1);
+  assert_int_equal(xm_ws_attention_grad_slots(1, 64, 1), 1);
+  attention_threads_case(1, 64, 1, 1, 32);
 }
 
 static double sig(double v) { return 1.0 / (1.0 + exp(-v)); }
@@ -302,7 +383,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dense_gemm_split), cmocka_unit_test(test_grouped_threads),
       cmocka_unit_test(test_activations),      cmocka_unit_test(test_adamw_bitwise),
-      cmocka_unit_test(test_add_mul_chunks),
+      cmocka_unit_test(test_add_mul_chunks),   cmocka_unit_test(test_attention_threads),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
