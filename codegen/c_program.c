@@ -87,11 +87,11 @@ typedef struct {
   const xm_spec_t *spec;
   xm_diag_t *diag;
   xm_emitter_t e;
-  xm_status_t st;     /* first error; emission goes on to report more */
-  int *rows_src;      /* value id -> id of the permute indices bounding dim 0, or -1 */
-  int *acc_of;        /* value id -> the accumulate op (index) fused into its GEMM, or -1 */
-  int *host_of;       /* value id -> the host_read op (index) that reads it, or -1 */
-  int op_index;       /* op being emitted, for messages */
+  xm_status_t st; /* first error; emission goes on to report more */
+  int *rows_src;  /* value id -> id of the permute indices bounding dim 0, or -1 */
+  int *acc_of;    /* value id -> the accumulate op (index) fused into its GEMM, or -1 */
+  int *host_of;   /* value id -> the host_read op (index) that reads it, or -1 */
+  int op_index;   /* op being emitted, for messages */
   char ring[RING][128];
   int ring_next;
 } gen_t;
@@ -264,8 +264,8 @@ static const char *scoring(const xm_ir_op_t *op) {
  * out/train (and a GPU target prints its launches from the same lines). */
 
 typedef struct {
-  const char *text;        /* the C expression passed */
-  const xm_ir_value_t *v;  /* the IR value a buffer argument holds, or NULL */
+  const char *text;       /* the C expression passed */
+  const xm_ir_value_t *v; /* the IR value a buffer argument holds, or NULL */
 } karg_t;
 
 typedef enum { KA_IN, KA_OUT, KA_I64, KA_F32, KA_INT } karg_kind_t;
@@ -346,8 +346,10 @@ static const char *i64_text(gen_t *g, int64_t v) {
   return b;
 }
 
-#define KARGS(...) (const karg_t[]){__VA_ARGS__}, (int)(sizeof(KARGS_(__VA_ARGS__)) / sizeof(karg_t))
-#define KARGS_(...) (const karg_t[]){__VA_ARGS__}
+#define KARGS(...)                                                                                 \
+  (const karg_t[]){__VA_ARGS__}, (int)(sizeof(KARGS_(__VA_ARGS__)) / sizeof(karg_t))
+#define KARGS_(...)                                                                                \
+  (const karg_t[]) { __VA_ARGS__ }
 #define CALL(name, ...) emit_call(g, op, "", name, KARGS(__VA_ARGS__))
 #define CALL_DISCARD(name, ...) emit_call(g, op, "(void)", name, KARGS(__VA_ARGS__))
 #define CALL_INTO(prefix, name, ...) emit_call(g, op, prefix, name, KARGS(__VA_ARGS__))
@@ -414,33 +416,38 @@ static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
   case XM_OP_SIGMOID:
     CALL(xm_ir_opinfo(op->code)->name, KV(IN(0)), KV(OUT(0)), KS(count(g, IN(0))));
     break;
-  case XM_OP_SWIGLU:
-    CALL("swiglu", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count(g, IN(0))));
-    break;
+  case XM_OP_SWIGLU: CALL("swiglu", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count(g, IN(0)))); break;
   case XM_OP_EMBEDDING:
     CALL("embedding", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(0))), KI(dim(IN(1), -1)));
     break;
   case XM_OP_RMSNORM:
-    CALL("rmsnorm", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(0), -1)), KS(fattr(g, op, "eps")));
+    CALL("rmsnorm", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))),
+         KI(dim(IN(0), -1)), KS(fattr(g, op, "eps")));
     break;
   case XM_OP_MATMUL:
     if (bf16_gemm(op))
-      CALL("matmul_bf16", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(0), -1)), KI(dim(IN(1), 0)), KS(workspace(g, op)));
+      CALL("matmul_bf16", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))),
+           KI(dim(IN(0), -1)), KI(dim(IN(1), 0)), KS(workspace(g, op)));
     else
-      CALL("matmul", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(0), -1)), KI(dim(IN(1), 0)));
+      CALL("matmul", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))),
+           KI(dim(IN(0), -1)), KI(dim(IN(1), 0)));
     break;
   case XM_OP_CAST:
-    CALL(IN(0)->type.dtype == XM_DT_F32 ? "cast_f32_bf16" : "cast_bf16_f32", KV(IN(0)),
-         KV(OUT(0)), KS(count(g, IN(0))));
+    CALL(IN(0)->type.dtype == XM_DT_F32 ? "cast_f32_bf16" : "cast_bf16_f32", KV(IN(0)), KV(OUT(0)),
+         KS(count(g, IN(0))));
     break;
   case XM_OP_ROPE:
-    CALL("rope", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")), KS(workspace(g, op)));
+    CALL("rope", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)),
+         KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")), KS(workspace(g, op)));
     break;
   case XM_OP_ATTENTION:
-    CALL("attention", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(1), 2)), KI(dim(IN(0), 3)), KI(dim(IN(2), 3)), KS(fattr(g, op, "scale")), KS(workspace(g, op)));
+    CALL("attention", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(0), 0)),
+         KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(1), 2)), KI(dim(IN(0), 3)),
+         KI(dim(IN(2), 3)), KS(fattr(g, op, "scale")), KS(workspace(g, op)));
     break;
   case XM_OP_CROSS_ENTROPY:
-    CALL("cross_entropy", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(0)) / dim(IN(0), -1)), KI(dim(IN(0), -1)));
+    CALL("cross_entropy", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(0)) / dim(IN(0), -1)),
+         KI(dim(IN(0), -1)));
     break;
   default: return false;
   }
@@ -461,7 +468,9 @@ static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
     break;
   case XM_OP_MATMUL_DW: /* dy[M,N], x[M,K] -> dw[N,K] */
     if (bf16_gemm(op)) {
-      CALL("matmul_dw_bf16", KV(IN(0)), KV(IN(1)), KD(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(1), -1)), KI(dim(IN(0), -1)), KS(dw_beta(g, OUT(0))), KS(workspace(g, op)));
+      CALL("matmul_dw_bf16", KV(IN(0)), KV(IN(1)), KD(OUT(0)),
+           KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(IN(1), -1)), KI(dim(IN(0), -1)),
+           KS(dw_beta(g, OUT(0))), KS(workspace(g, op)));
       break;
     }
     CALL(g->acc_of[OUT(0)->id] >= 0 ? "matmul_dw_acc" : "matmul_dw", KV(IN(0)), KV(IN(1)),
@@ -472,19 +481,26 @@ static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
     CALL("reduce_to", KV(IN(0)), KV(OUT(0)), KS(count(g, IN(0))), KS(count(g, OUT(0))));
     break;
   case XM_OP_RMSNORM_GRAD:
-    CALL("rmsnorm_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KV(OUT(1)), KS(count_div(g, IN(1), dim(IN(1), -1))), KI(dim(IN(1), -1)), KS(fattr(g, op, "eps")), KS(workspace(g, op)));
+    CALL("rmsnorm_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KV(OUT(1)),
+         KS(count_div(g, IN(1), dim(IN(1), -1))), KI(dim(IN(1), -1)), KS(fattr(g, op, "eps")),
+         KS(workspace(g, op)));
     break;
   case XM_OP_ROPE_GRAD:
-    CALL("rope_grad", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")), KS(workspace(g, op)));
+    CALL("rope_grad", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)),
+         KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")), KS(workspace(g, op)));
     break;
   case XM_OP_ATTENTION_GRAD:
-    CALL("attention_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KV(OUT(1)), KV(OUT(2)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(1), 2)), KI(dim(IN(2), 2)), KI(dim(IN(1), 3)), KI(dim(IN(3), 3)), KS(fattr(g, op, "scale")), KS(workspace(g, op)));
+    CALL("attention_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KV(OUT(1)),
+         KV(OUT(2)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(1), 2)), KI(dim(IN(2), 2)),
+         KI(dim(IN(1), 3)), KI(dim(IN(3), 3)), KS(fattr(g, op, "scale")), KS(workspace(g, op)));
     break;
   case XM_OP_EMBEDDING_GRAD:
-    CALL("embedding_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(1))), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 1)));
+    CALL("embedding_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(1))), KI(dim(OUT(0), 0)),
+         KI(dim(OUT(0), 1)));
     break;
   case XM_OP_SWIGLU_GRAD:
-    CALL("swiglu_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KV(OUT(1)), KS(count(g, IN(0))));
+    CALL("swiglu_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KV(OUT(1)),
+         KS(count(g, IN(0))));
     break;
   case XM_OP_SILU_GRAD:
   case XM_OP_GELU_GRAD:
@@ -492,7 +508,8 @@ static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
     CALL(xm_ir_opinfo(op->code)->name, KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count(g, IN(0))));
     break;
   case XM_OP_CROSS_ENTROPY_GRAD:
-    CALL("cross_entropy_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(numel(IN(1)) / dim(IN(1), -1)), KI(dim(IN(1), -1)));
+    CALL("cross_entropy_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)),
+         KI(numel(IN(1)) / dim(IN(1), -1)), KI(dim(IN(1), -1)));
     break;
   default: return false;
   }
@@ -509,7 +526,8 @@ static void emit_permute(gen_t *g, const xm_ir_op_t *op) {
               "%s: no host_read of its tokens_per_expert, so the host cannot size the kernels "
               "after it (run host-reads)%s",
               NULL);
-  CALL_DISCARD("permute", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KV(OUT(1)), KV(OUT(2)), KI(T), KI(k), KI(iattr(g, op, "num_experts")), KI(xm_ir_op_get_int(op, "capacity", 0)));
+  CALL_DISCARD("permute", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KV(OUT(1)), KV(OUT(2)), KI(T), KI(k),
+               KI(iattr(g, op, "num_experts")), KI(xm_ir_op_get_int(op, "capacity", 0)));
 }
 
 /* host_read: the explicit copy of a device value the host needs, and what
@@ -552,23 +570,32 @@ static void emit_host_read(gen_t *g, const xm_ir_op_t *op) {
 static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
   switch (op->code) {
   case XM_OP_ROUTER_SCORE:
-    CALL("router_score", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KS(scoring(op)));
+    CALL("router_score", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)),
+         KS(scoring(op)));
     break;
   case XM_OP_ROUTER_SCORE_GRAD:
-    CALL("router_score_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KS(scoring(op)));
+    CALL("router_score_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(dim(IN(0), 0)),
+         KI(dim(IN(0), 1)), KS(scoring(op)));
     break;
   case XM_OP_TOPK_ROUTE:
-    CALL("topk_route", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KV(OUT(1)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(iattr(g, op, "k")), KI(iattr(g, op, "n_group")), KI(iattr(g, op, "topk_group")), KI(iattr(g, op, "norm_topk_prob")), KS(fattr(g, op, "routed_scaling")), KS(scoring(op)));
+    CALL("topk_route", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KV(OUT(1)), KI(dim(IN(0), 0)),
+         KI(dim(IN(0), 1)), KI(iattr(g, op, "k")), KI(iattr(g, op, "n_group")),
+         KI(iattr(g, op, "topk_group")), KI(iattr(g, op, "norm_topk_prob")),
+         KS(fattr(g, op, "routed_scaling")), KS(scoring(op)));
     break;
   case XM_OP_TOPK_ROUTE_GRAD:
-    CALL("topk_route_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(0), 1)), KI(iattr(g, op, "norm_topk_prob")), KS(fattr(g, op, "routed_scaling")));
+    CALL("topk_route_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(1), 0)),
+         KI(dim(IN(1), 1)), KI(dim(IN(0), 1)), KI(iattr(g, op, "norm_topk_prob")),
+         KS(fattr(g, op, "routed_scaling")));
     break;
   case XM_OP_PERMUTE: emit_permute(g, op); break;
   case XM_OP_GATHER_ROWS:
-    CALL("gather_rows", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(routed_n(g, op, IN(1))), KI(dim(IN(0), -1)), KI(iattr(g, op, "k")));
+    CALL("gather_rows", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(routed_n(g, op, IN(1))),
+         KI(dim(IN(0), -1)), KI(iattr(g, op, "k")));
     break;
   case XM_OP_GATHER_ROWS_GRAD:
-    CALL("gather_rows_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(routed_n(g, op, IN(1))), KI(dim(OUT(0), 0)), KI(dim(OUT(0), -1)), KI(iattr(g, op, "k")));
+    CALL("gather_rows_grad", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(routed_n(g, op, IN(1))),
+         KI(dim(OUT(0), 0)), KI(dim(OUT(0), -1)), KI(iattr(g, op, "k")));
     break;
   case XM_OP_GROUPED_MATMUL: /* x[N,K], w[E,M,K] */
   case XM_OP_GROUPED_MATMUL_DX:
@@ -584,7 +611,9 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
     break;
   case XM_OP_GROUPED_MATMUL_DW: /* dy[N,M], x[N,K], tpe -> dw[E,M,K] */
     if (bf16_gemm(op)) {
-      CALL("grouped_matmul_dw_bf16", KV(IN(0)), KV(IN(1)), KV(IN(2)), KD(OUT(0)), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KS(dw_beta(g, OUT(0))), KS(workspace(g, op)));
+      CALL("grouped_matmul_dw_bf16", KV(IN(0)), KV(IN(1)), KV(IN(2)), KD(OUT(0)),
+           KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KS(dw_beta(g, OUT(0))),
+           KS(workspace(g, op)));
       break;
     }
     CALL(g->acc_of[OUT(0)->id] >= 0 ? "grouped_matmul_dw_acc" : "grouped_matmul_dw", KV(IN(0)),
@@ -592,34 +621,49 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
          KI(dim(OUT(0), 1)));
     break;
   case XM_OP_SCATTER_COMBINE: /* y[N,H], indices, weights[T,k] */
-    CALL("scatter_combine", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KS(routed_n(g, op, IN(1))), KI(dim(IN(2), 0)), KI(dim(IN(2), 1)), KI(dim(IN(0), -1)));
+    CALL("scatter_combine", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KS(routed_n(g, op, IN(1))),
+         KI(dim(IN(2), 0)), KI(dim(IN(2), 1)), KI(dim(IN(0), -1)));
     break;
   case XM_OP_SCATTER_COMBINE_GRAD: /* dout, y, indices, weights -> dy, dweights */
-    CALL("scatter_combine_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KV(OUT(1)), KS(routed_n(g, op, IN(2))), KI(dim(IN(3), 0)), KI(dim(IN(3), 1)), KI(dim(IN(0), -1)));
+    CALL("scatter_combine_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KV(OUT(1)),
+         KS(routed_n(g, op, IN(2))), KI(dim(IN(3), 0)), KI(dim(IN(3), 1)), KI(dim(IN(0), -1)));
     break;
   case XM_OP_GATHER_GROUPED_MATMUL: /* x[T,K], indices, tpe, w[E,M,K] -> y, scratch */
-    CALL("gather_grouped_matmul", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KI(dim(IN(3), 0)), KI(dim(IN(3), 2)), KI(dim(IN(3), 1)), KI(iattr(g, op, "k")), KTILE(1));
+    CALL("gather_grouped_matmul", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)),
+         KI(dim(IN(3), 0)), KI(dim(IN(3), 2)), KI(dim(IN(3), 1)), KI(iattr(g, op, "k")), KTILE(1));
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE: /* h[N,K], w[E,M,K], tpe, indices, weights[T,k] */
-    CALL("grouped_matmul_combine", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)), KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 2)), KI(dim(IN(1), 1)), KI(dim(IN(4), 0)), KI(dim(IN(4), 1)), KTILE(1));
+    CALL("grouped_matmul_combine", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
+         KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 2)), KI(dim(IN(1), 1)), KI(dim(IN(4), 0)),
+         KI(dim(IN(4), 1)), KTILE(1));
     break;
   case XM_OP_GATHER_GROUPED_MATMUL_DX: /* dy[N,M], w[E,M,K], tpe, indices -> dx[T,K] */
-    CALL("gather_grouped_matmul_dx", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 2)), KI(dim(IN(1), 1)), KI(dim(OUT(0), 0)), KI(iattr(g, op, "k")), KTILE(1));
+    CALL("gather_grouped_matmul_dx", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)),
+         KI(dim(IN(1), 0)), KI(dim(IN(1), 2)), KI(dim(IN(1), 1)), KI(dim(OUT(0), 0)),
+         KI(iattr(g, op, "k")), KTILE(1));
     break;
   case XM_OP_GATHER_GROUPED_MATMUL_DW: /* dy[N,M], x[T,K], indices, tpe -> dw[E,M,K] */
-    CALL("gather_grouped_matmul_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KD(OUT(0)), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KI(iattr(g, op, "k")), KS(dw_beta(g, OUT(0))), KTILE(1));
+    CALL("gather_grouped_matmul_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KD(OUT(0)),
+         KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KI(iattr(g, op, "k")),
+         KS(dw_beta(g, OUT(0))), KTILE(1));
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE_GRAD: /* dout, h, w, tpe, indices, weights -> dh, dweights */
-    CALL("grouped_matmul_combine_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)), KV(IN(5)), KV(OUT(0)), KV(OUT(1)), KI(dim(IN(2), 0)), KI(dim(IN(2), 2)), KI(dim(IN(2), 1)), KI(dim(IN(5), 0)), KI(dim(IN(5), 1)), KTILE(2));
+    CALL("grouped_matmul_combine_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
+         KV(IN(5)), KV(OUT(0)), KV(OUT(1)), KI(dim(IN(2), 0)), KI(dim(IN(2), 2)), KI(dim(IN(2), 1)),
+         KI(dim(IN(5), 0)), KI(dim(IN(5), 1)), KTILE(2));
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE_DW: /* dout[T,M], h[N,K], indices, weights, tpe -> dw */
-    CALL("grouped_matmul_combine_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)), KD(OUT(0)), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KI(dim(IN(3), 1)), KS(dw_beta(g, OUT(0))), KTILE(1));
+    CALL("grouped_matmul_combine_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
+         KD(OUT(0)), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KI(dim(IN(3), 1)),
+         KS(dw_beta(g, OUT(0))), KTILE(1));
     break;
   case XM_OP_AUX_LOSS:
-    CALL("aux_loss", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(1), 1)), KS(fattr(g, op, "alpha")));
+    CALL("aux_loss", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)),
+         KI(dim(IN(1), 1)), KS(fattr(g, op, "alpha")));
     break;
   case XM_OP_AUX_LOSS_GRAD:
-    CALL("aux_loss_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(2), 1)), KS(fattr(g, op, "alpha")));
+    CALL("aux_loss_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(1), 0)),
+         KI(dim(IN(1), 1)), KI(dim(IN(2), 1)), KS(fattr(g, op, "alpha")));
     break;
   default: return false;
   }
@@ -704,8 +748,7 @@ static void emit_all_to_all(gen_t *g, const xm_ir_op_t *op) {
               traffic);
   int id = OUT(0)->id;
   int64_t bound = dim(OUT(0), 0);
-  EMIT("int64_t n_%d = xm_rt_all_to_all(x, %s, %s, %d, %s, %s, %s, " I64 ", " I64 ", %s, " I64
-       ");",
+  EMIT("int64_t n_%d = xm_rt_all_to_all(x, %s, %s, %d, %s, %s, %s, " I64 ", " I64 ", %s, " I64 ");",
        id, group_const(g, op), phase, layer_of(op), A(0), A(1), A(2), dim(IN(1), 1),
        row_width(OUT(0)), R(0), bound);
   if (dynamic0(OUT(0))) return;
@@ -733,8 +776,8 @@ static bool emit_rbd(gen_t *g, const xm_ir_op_t *op) {
   case XM_OP_RBD_DISPATCH: { /* x[T,H], experts i32[T,k], weights[T,k] -> rows, tpe */
     int id = OUT(0)->id;
     int64_t bound = dim(OUT(0), 0);
-    EMIT("int64_t n_%d = xm_rt_rbd_dispatch(x, %d, %d, %s, %s, %s, " I64 ", " I64 ", " I64
-         ", " I64 ", %s, %s, " I64 ");",
+    EMIT("int64_t n_%d = xm_rt_rbd_dispatch(x, %d, %d, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
+         ", %s, %s, " I64 ");",
          id, (int)iattr(g, op, "slot"), layer_of(op), A(0), A(1), A(2), dim(IN(0), 0),
          dim(IN(1), 1), dim(IN(0), 1), iattr(g, op, "num_experts"), R(0), R(1), bound);
     if (!dynamic0(OUT(0))) {
@@ -773,8 +816,8 @@ static bool emit_spmd(gen_t *g, const xm_ir_op_t *op) {
     break;
   case XM_OP_ALL_GATHER:
     if (leading_static(g, op))
-      EMIT("xm_rt_all_gather(x, %s, %d, %s, %s, " I64 ");", group_const(g, op), layer_of(op),
-           A(0), R(0), numel(IN(0)));
+      EMIT("xm_rt_all_gather(x, %s, %d, %s, %s, " I64 ");", group_const(g, op), layer_of(op), A(0),
+           R(0), numel(IN(0)));
     break;
   case XM_OP_REDUCE_SCATTER:
     if (leading_static(g, op))
@@ -788,8 +831,8 @@ static bool emit_spmd(gen_t *g, const xm_ir_op_t *op) {
     break;
   case XM_OP_REPLICATE: emit_copy_unless_aliased(g, op); break;
   case XM_OP_EXCHANGE_COUNTS:
-    EMIT("xm_rt_exchange_counts(x, %s, %d, %s, %s, %s, " I64 ");", group_const(g, op),
-         layer_of(op), A(0), R(0), R(1), dim(IN(0), 1));
+    EMIT("xm_rt_exchange_counts(x, %s, %d, %s, %s, %s, " I64 ");", group_const(g, op), layer_of(op),
+         A(0), R(0), R(1), dim(IN(0), 1));
     break;
   case XM_OP_ALL_TO_ALL: emit_all_to_all(g, op); break;
   case XM_OP_SORT_CHUNKS:
@@ -802,8 +845,8 @@ static bool emit_spmd(gen_t *g, const xm_ir_op_t *op) {
       EMIT("xm_rt_all_reduce_i32(x, %s, %d, %s, %s);", group_const(g, op), layer_of(op), A(0),
            count(g, IN(0)));
     else
-      EMIT("xm_rt_all_reduce(x, %s, %d, %s, %s, %s);", group_const(g, op), layer_of(op), A(0),
-           A(0), count(g, IN(0)));
+      EMIT("xm_rt_all_reduce(x, %s, %d, %s, %s, %s);", group_const(g, op), layer_of(op), A(0), A(0),
+           count(g, IN(0)));
     break;
   case XM_OP_ZERO_REDUCE_SCATTER:
     check_chunk(g, op, numel(IN(0)), numel(OUT(0)));
@@ -818,17 +861,18 @@ static bool emit_spmd(gen_t *g, const xm_ir_op_t *op) {
   return true;
 }
 
-/* grad_norm_sq: a squared norm summed in double, stored as its f32 scalar
- * result. On one rank it is the global norm; a multi-rank step all-reduces
- * partial sums and adds them in the graph, so the clip coefficient is taken
- * by each adamw from the value it consumes (emit_adamw), not here. */
+/* grad_norm_sq: a squared norm summed in double on the device (its
+ * workspace holds the accumulator), stored as its f32 scalar result; the
+ * host sees it through the host_read after it. On one rank it is the global norm; a multi-rank step
+ * all-reduces partial sums and adds them in the graph, so the clip coefficient is taken by each
+ * adamw from the value it consumes (emit_adamw), not here. */
 static void emit_grad_norm(gen_t *g, const xm_ir_op_t *op) {
   EMIT("{");
   xm_emit_indent(&g->e);
-  EMIT("double norm_sq = 0.0;");
+  EMIT("double *acc = (double *)%s;", workspace(g, op));
+  EMIT("xm_rt_zero(x, acc, 8);");
   for (int i = 0; i < op->num_operands; i++)
-    CALL_INTO("norm_sq += ", "sum_sq", KV(IN(i)), KS(count(g, IN(i))));
-  EMIT("*%s = (float)norm_sq;", R(0));
+    CALL("sum_sq_acc", KV(IN(i)), KS(count(g, IN(i))), KS("acc"), KV(OUT(0)));
   xm_emit_dedent(&g->e);
   EMIT("}");
 }
@@ -850,7 +894,9 @@ static void emit_adamw(gen_t *g, const xm_ir_op_t *op) {
   EMIT("x->grad_norm = sqrt((double)*%s);", norm);
   EMIT("x->grad_scale = xm_rt_clip_coef(*%s, x->grad_clip);", norm);
   if (!xm_ir_op_attr(op, "group")) {
-    CALL("adamw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KI(numel(IN(0))), KS("x->lr"), KS("x->beta1"), KS("x->beta2"), KS("x->adam_eps"), KS(decay), KS("x->step"), KS("x->grad_scale"));
+    CALL("adamw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KI(numel(IN(0))), KS("x->lr"),
+         KS("x->beta1"), KS("x->beta2"), KS("x->adam_eps"), KS(decay), KS("x->step"),
+         KS("x->grad_scale"));
     return;
   }
   int64_t n = numel(IN(0)), c = numel(IN(1)), P = iattr(g, op, "group_size");
@@ -990,8 +1036,7 @@ static void compute_rows_src(gen_t *g) {
     for (int j = 0; j < op->num_operands && src < 0; j++)
       if (IN(j)->type.rank > 0 && IN(j)->type.dynamic[0]) src = g->rows_src[IN(j)->id];
     for (int j = 0; j < op->num_results; j++)
-      if (OUT(j)->type.rank > 0 && OUT(j)->type.dynamic[0])
-        g->rows_src[OUT(j)->id] = src;
+      if (OUT(j)->type.rank > 0 && OUT(j)->type.dynamic[0]) g->rows_src[OUT(j)->id] = src;
   }
 }
 
@@ -1068,7 +1113,7 @@ static const char *init_name(const char *init) {
 /* Category of a state by kind (passes/plan_memory.h uses the same split). */
 static const char *state_category(const xm_ir_op_t *op) {
   return strcmp(xm_ir_op_get_string(op, "kind", ""), "grad") == 0 ? "XM_RT_CAT_GRADS"
-                                                                    : "XM_RT_CAT_OPTIMIZER";
+                                                                  : "XM_RT_CAT_OPTIMIZER";
 }
 
 /* The param op named `name`, or NULL. */
@@ -1146,8 +1191,8 @@ static void emit_row(gen_t *g, const char *name, const char *category, const xm_
   xm_strbuf_init(&row);
   xm_strbuf_puts(&row, "{");
   xm_codegen_c_string(&row, name, 0);
-  xm_strbuf_printf(&row, ", %s, %s, %d, {", category,
-                   abi_dtype(g, v->def, v->type.dtype)->constant, v->type.rank);
+  xm_strbuf_printf(&row, ", %s, %s, %d, {", category, abi_dtype(g, v->def, v->type.dtype)->constant,
+                   v->type.rank);
   for (int i = 0; i < v->type.rank; i++)
     xm_strbuf_printf(&row, "%s%" PRId64, i ? ", " : "", v->type.dims[i]);
   if (v->type.rank == 0) xm_strbuf_puts(&row, "0");
@@ -1200,9 +1245,8 @@ static void emit_table(gen_t *g, table_idx_t *t) {
     emit_row(g, "loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[0], "XM_RT_INIT_NONE", 0.0, 0, -1,
              k_unsharded);
     t->ce_loss = t->count++;
-    emit_row(g, "ce_loss", "XM_RT_CAT_ACTIVATIONS",
-             ret->operands[ret->num_operands > 1 ? 1 : 0], "XM_RT_INIT_NONE", 0.0, 0, -1,
-             k_unsharded);
+    emit_row(g, "ce_loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[ret->num_operands > 1 ? 1 : 0],
+             "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded);
   }
   xm_emit_dedent(&g->e);
   EMIT("};");
@@ -1232,12 +1276,11 @@ static void emit_settings(gen_t *g) {
   EMIT(".vocab = " I64 ", .seq_len = " I64 ", .micro_batch = " I64 ", .grad_accum = " I64 ",",
        g->spec->model.vocab, t->seq_len, t->micro_batch,
        xm_ir_module_get_int(g->m, "grad_accum", 1));
-  EMIT(".lr = %s, .min_lr = %s, .weight_decay = %s,", num(g, NULL, t->lr),
-       num(g, NULL, t->min_lr), num(g, NULL, t->weight_decay));
+  EMIT(".lr = %s, .min_lr = %s, .weight_decay = %s,", num(g, NULL, t->lr), num(g, NULL, t->min_lr),
+       num(g, NULL, t->weight_decay));
   EMIT(".beta1 = %s, .beta2 = %s, .adam_eps = %s, .grad_clip = %s,", num(g, NULL, t->beta1),
        num(g, NULL, t->beta2), num(g, NULL, t->adam_eps), num(g, NULL, t->grad_clip));
-  EMIT(".warmup_steps = " I64 ", .train_steps = " I64 ", .lr_schedule = %d, .seed = %" PRIu64
-       "u,",
+  EMIT(".warmup_steps = " I64 ", .train_steps = " I64 ", .lr_schedule = %d, .seed = %" PRIu64 "u,",
        t->warmup_steps, t->train_steps, (int)t->lr_schedule, t->seed);
   const xm_ir_module_t *m = g->m;
   EMIT(".dp = " I64 ", .tp = " I64 ", .ep = " I64 ", .ssmb = " I64 ", .rbd = " I64 ", .zero = " I64
@@ -1296,8 +1339,7 @@ static void emit_header(gen_t *g, const xm_codegen_inputs_t *in) {
 }
 
 xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
-                                 const xm_codegen_inputs_t *in, xm_diag_t *diag,
-                                 xm_strbuf_t *out) {
+                                 const xm_codegen_inputs_t *in, xm_diag_t *diag, xm_strbuf_t *out) {
   xm_mem_report_t report;
   XM_RETURN_IF_ERROR(xm_plan_memory_read_report(m, diag, &report));
   if (xm_ir_module_get_int(m, "schedule_micro_ops", -1) < 0) {
@@ -1371,7 +1413,8 @@ void xm_codegen_c_string(xm_strbuf_t *out, const char *s, int indent) {
       xm_strbuf_puts(out, "\\n");
       if (p[1] != '\0') {
         xm_strbuf_puts(out, "\"\n");
-        for (int i = 0; i < indent; i++) xm_strbuf_puts(out, " ");
+        for (int i = 0; i < indent; i++)
+          xm_strbuf_puts(out, " ");
         xm_strbuf_puts(out, "\"");
       }
     } else if (*p == '\t') {

@@ -57,6 +57,7 @@ static int64_t kernel_bytes(const xm_ir_op_t *op) {
     const xm_ir_value_t *q = op->operands[1], *k = op->operands[2];
     return xm_ws_attention_grad(dim(q, 0), dim(q, 1), dim(k, 2));
   }
+  case XM_OP_GRAD_NORM_SQ: return xm_ws_norm_sq();
   case XM_OP_RMSNORM_GRAD: {
     if (op->num_operands < 2 || op->operands[1]->type.rank < 1) return -2;
     const xm_ir_value_t *x = op->operands[1];
@@ -91,8 +92,8 @@ static xm_status_t workspace_run(xm_ir_module_t *m, const xm_pass_options_t *opt
 
 const xm_pass_info_t xm_pass_kernel_workspace = {
     .name = "kernel-workspace",
-    .summary = "attr workspace (bytes) on rope, rope_grad, attention, attention_grad and "
-               "rmsnorm_grad, whose kernels need scratch",
+    .summary = "attr workspace (bytes) on rope, rope_grad, attention, attention_grad, "
+               "rmsnorm_grad and grad_norm_sq, whose kernels need scratch",
     .option_names = NULL,
     .run = workspace_run,
 };

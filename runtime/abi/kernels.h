@@ -19,6 +19,7 @@ typedef uint16_t xm_bf16_t;
 #define XM_KT_f32 float
 #define XM_KT_bf16 xm_bf16_t
 #define XM_KT_i32 int32_t
+#define XM_KT_f64 double
 
 #define XM_IN(dt, n) const XM_KT_##dt *n
 #define XM_OUT(dt, n) XM_KT_##dt *n

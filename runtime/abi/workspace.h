@@ -95,4 +95,7 @@ static inline int64_t xm_ws_rmsnorm_grad(int64_t rows, int64_t H) {
   return rows * (int64_t)sizeof(float);
 }
 
+/* grad_norm_sq: the double the sum_sq_acc calls add into. */
+static inline int64_t xm_ws_norm_sq(void) { return (int64_t)sizeof(double); }
+
 #endif /* XM_RUNTIME_ABI_WORKSPACE_H */

@@ -177,8 +177,14 @@ void xm_k_aux_loss_grad(const float *dloss, const float *scores, const int32_t *
 
 void xm_k_accumulate(float *acc, const float *x, int64_t n);
 void xm_k_accumulate_i32(int32_t *acc, const int32_t *x, int64_t n);
-/* Sum of squares in double precision. */
+/* Sum of squares in double precision, returned to the caller: a host-side
+ * helper (tests, the driver's own checks), not a backend kernel; the
+ * schedule uses xm_k_sum_sq_acc, whose result stays on the device. */
 double xm_k_sum_sq(const float *x, int64_t n);
+/* *acc += sum of squares of x (in double); *out = (float)*acc. acc is a
+ * device double the schedule zeroes first (the op's workspace), out the
+ * norm's f32 scalar, so the last call of a norm leaves the total in out. */
+void xm_k_sum_sq_acc(const float *x, int64_t n, double *acc, float *out);
 /* PyTorch AdamW on one tensor: g' = g * grad_scale; m = b1 m + (1-b1) g';
  * v = b2 v + (1-b2) g'^2; p -= lr * wd * p; p -= lr * (m / (1-b1^t)) /
  * (sqrt(v / (1-b2^t)) + eps), t = step (1-based). */

@@ -55,6 +55,11 @@ double xm_k_sum_sq(const float *x, int64_t n) {
   return s;
 }
 
+void xm_k_sum_sq_acc(const float *x, int64_t n, double *acc, float *out) {
+  *acc += xm_k_sum_sq(x, n);
+  *out = (float)*acc;
+}
+
 typedef struct {
   float beta2, eps, bc2_sqrt, step_size, decay, one_m_b1, one_m_b2, grad_scale;
 } adamw_t;

@@ -1919,15 +1919,26 @@ static void t_accumulate_i32(cx_t *c) {
   }
 }
 
-static void t_sum_sq(cx_t *c) {
+/* sum_sq_acc adds into a device double and leaves its f32 value in out:
+ * two calls in a row, as a norm over two tensors, from a nonzero start. */
+static void t_sum_sq_acc(cx_t *c) {
   static const int64_t ns[] = {0, 1, 17, 1000, 100003};
   for (int i = 0; i < 5; i++) {
     int64_t n = ns[i];
-    case_begin(c, "n=%lld", (long long)n);
-    float *x = hrand(c, n, -3, 3);
-    double got = KT->sum_sq(df(c, x, n), n), want = xm_ref_sum_sq(x, n);
+    case_begin(c, "n=%lld twice onto 0.5", (long long)n);
+    float *x = hrand(c, n, -3, 3), *y = hrand(c, n + 3, -1, 1);
+    double start = 0.5;
+    double *acc = dput(c, &start, sizeof start);
+    float *out = ddirty(c, 1);
+    KT->sum_sq_acc(df(c, x, n), n, acc, out);
+    KT->sum_sq_acc(df(c, y, n + 3), n + 3, acc, out);
+    double want = start + xm_ref_sum_sq(x, n) + xm_ref_sum_sq(y, n + 3);
+    double got = *(const double *)dget_bytes(c, acc, sizeof got);
+    float got_out = *(const float *)dget_bytes(c, out, sizeof got_out);
     if (!(fabs(got - want) <= TOL_SUMSQ.atol + TOL_SUMSQ.rtol * fabs(want)))
-      fail(c, "returned %.17g want %.17g (tol %g|want|)", got, want, TOL_SUMSQ.rtol);
+      fail(c, "acc %.17g want %.17g (tol %g|want|)", got, want, TOL_SUMSQ.rtol);
+    if (got_out != (float)got)
+      fail(c, "out %.9g is not the accumulator %.17g as f32", got_out, got);
   }
 }
 
@@ -2056,7 +2067,7 @@ static const entry_t k_kernel_entries[] = {
     {"grouped_matmul_dw_bf16", t_grouped_matmul_dw_bf16},
     {"accumulate", t_accumulate},
     {"accumulate_i32", t_accumulate_i32},
-    {"sum_sq", t_sum_sq},
+    {"sum_sq_acc", t_sum_sq_acc},
     {"adamw", t_adamw},
     {"aux_free_update", t_aux_free_update},
 };

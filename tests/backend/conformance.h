@@ -57,7 +57,7 @@
  * gradients over many rows, reduce_to); gradients that subtract such sums (attention_grad,
  * rmsnorm_grad's dx, router_score_grad, topk_route_grad) 1e-4 + 1e-5;
  * adamw 2e-6 relative (plus an ulp of the terms that make m and v);
- * sum_sq, in double, 1e-10 relative; bf16 GEMM
+ * sum_sq_acc, in double, 1e-10 relative; bf16 GEMM
  * outputs one bf16 ulp (2^-7 relative + 1e-5), their f32 dw 1e-5 + 1e-5.
  * On the CPU backend the worst error seen is about a quarter of its
  * tolerance. The GEMM tolerances mean fp32 accumulation: a backend that

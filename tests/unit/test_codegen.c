@@ -670,9 +670,10 @@ static void test_program_spmd(void **state) {
                 "xm_rt_zero_reduce_scatter(x, XM_RT_GROUP_DP, ");
   const xm_ir_op_t *gn = nth_op(m, XM_OP_GRAD_NORM_SQ, 1);
   place_text(gn->results[0], r0, sizeof r0);
-  assert_op_has(text, m, gn, "*%s = (float)norm_sq;", r0);
-  assert_op_has(text, m, gn, ", 3);"); /* the chunk of norm.w */
-  assert_op_has(text, m, gn, ", 8);"); /* dense.w's grad */
+  /* Summed on the device into the op's workspace, the total in its result. */
+  assert_op_has(text, m, gn, "xm_rt_zero(x, acc, 8);");
+  assert_op_has(text, m, gn, ", 3, acc, %s);", r0); /* the chunk of norm.w */
+  assert_op_has(text, m, gn, ", 8, acc, %s);", r0); /* dense.w's grad */
   assert_null(strstr(text, "sqrt(norm_sq)"));
   const xm_ir_op_t *ad = nth_op(m, XM_OP_ADAMW, 0);
   place_text(ad->operands[0], p0, sizeof p0);
