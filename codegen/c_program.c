@@ -88,7 +88,7 @@ typedef struct {
   xm_diag_t *diag;
   xm_emitter_t e;
   xm_status_t st; /* first error; emission goes on to report more */
-  int *rows_src;  /* value id -> id of the permute indices bounding dim 0, or -1 */
+  int *rows_src;  /* value id -> rows_id of the source of its run-time rows, or -1 */
   int *acc_of;    /* value id -> the accumulate op (index) fused into its GEMM, or -1 */
   int *host_of;   /* value id -> the host_read op (index) that reads it, or -1 */
   int op_index;   /* op being emitted, for messages */
@@ -540,7 +540,7 @@ static void emit_host_read(gen_t *g, const xm_ir_op_t *op) {
   const xm_ir_value_t *v = IN(0);
   if (strcmp(as, "rows") == 0) {
     const xm_ir_op_t *perm = v->def;
-    int id = perm->results[0]->id;
+    int id = (int)xm_ir_op_get_int(perm, "rows_id", -1);
     int64_t E = dim(v, 0), bound = dim(perm->results[0], 0);
     EMIT("int64_t n_%d = 0;", id);
     EMIT("{");
@@ -746,7 +746,7 @@ static void emit_all_to_all(gen_t *g, const xm_ir_op_t *op) {
   else if (traffic)
     gen_error(g, op, XM_ERR_INTERNAL, "%s: traffic \"%s\" is neither dispatch nor combine",
               traffic);
-  int id = OUT(0)->id;
+  int id = (int)xm_ir_op_get_int(op, "rows_id", -1);
   int64_t bound = dim(OUT(0), 0);
   EMIT("int64_t n_%d = xm_rt_all_to_all(x, %s, %s, %d, %s, %s, %s, " I64 ", " I64 ", %s, " I64 ");",
        id, group_const(g, op), phase, layer_of(op), A(0), A(1), A(2), dim(IN(1), 1),
@@ -774,7 +774,7 @@ static void check_chunk(gen_t *g, const xm_ir_op_t *op, int64_t n, int64_t c) {
 static bool emit_rbd(gen_t *g, const xm_ir_op_t *op) {
   switch (op->code) {
   case XM_OP_RBD_DISPATCH: { /* x[T,H], experts i32[T,k], weights[T,k] -> rows, tpe */
-    int id = OUT(0)->id;
+    int id = (int)xm_ir_op_get_int(op, "rows_id", -1);
     int64_t bound = dim(OUT(0), 0);
     EMIT("int64_t n_%d = xm_rt_rbd_dispatch(x, %d, %d, %s, %s, %s, " I64 ", " I64 ", " I64 ", " I64
          ", %s, %s, " I64 ");",
@@ -1011,32 +1011,35 @@ static void emit_op(gen_t *g, const xm_ir_op_t *op) {
   gen_error(g, op, XM_ERR_UNSUPPORTED, "%s cannot run in the generated CPU schedule yet%s", NULL);
 }
 
-/* Which permute, all_to_all or rbd_dispatch bounds each value's dim 0: a
- * permute's indices and bin_ids are its own rows, as are the rows an
- * all_to_all or rbd_dispatch returns; a
- * result with a dynamic dim 0 inherits from the first operand that has
- * routed rows. */
+/* The run-time row count of each routed value, as the routed-rows pass
+ * recorded it: a source op's attr rows_id k names its count n_<k> (a
+ * permute's indices and bin_ids, the rows an all_to_all or rbd_dispatch
+ * returns); any other op's dynamic results have the count of its attr
+ * rows_of. A dynamic result without either is an unplanned module. */
 static void compute_rows_src(gen_t *g) {
   const xm_ir_module_t *m = g->m;
   for (int i = 0; i < xm_ir_module_num_values(m); i++)
     g->rows_src[i] = -1;
   for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
     const xm_ir_op_t *op = xm_ir_module_op(m, i);
-    if (op->code == XM_OP_PERMUTE) {
-      g->rows_src[OUT(0)->id] = OUT(0)->id;
-      g->rows_src[OUT(1)->id] = OUT(0)->id;
+    int64_t id = xm_ir_op_get_int(op, "rows_id", -1);
+    if (id >= 0) {
+      int routed = op->code == XM_OP_PERMUTE ? 2 : 1;
+      for (int r = 0; r < routed && r < op->num_results; r++)
+        g->rows_src[OUT(r)->id] = (int)id;
       continue;
     }
-    if (op->code == XM_OP_ALL_TO_ALL || op->code == XM_OP_RBD_DISPATCH) {
-      /* n_<id> = the rows it returns */
-      g->rows_src[OUT(0)->id] = OUT(0)->id;
-      continue;
+    int64_t of = xm_ir_op_get_int(op, "rows_of", -1);
+    for (int j = 0; j < op->num_results; j++) {
+      if (!dynamic0(OUT(j))) continue;
+      if (of < 0) {
+        g->op_index = i;
+        gen_error(g, op, XM_ERR_INTERNAL,
+                  "%s has dynamic rows but no attr rows_of (run routed-rows)%s", NULL);
+        break;
+      }
+      g->rows_src[OUT(j)->id] = (int)of;
     }
-    int src = -1;
-    for (int j = 0; j < op->num_operands && src < 0; j++)
-      if (IN(j)->type.rank > 0 && IN(j)->type.dynamic[0]) src = g->rows_src[IN(j)->id];
-    for (int j = 0; j < op->num_results; j++)
-      if (OUT(j)->type.rank > 0 && OUT(j)->type.dynamic[0]) g->rows_src[OUT(j)->id] = src;
   }
 }
 

@@ -35,7 +35,8 @@
 #include "support/strbuf.h"
 
 #define PIPELINE                                                                                   \
-  "autodiff{grad-accum=2},canonicalize,fold-accumulate,host-reads,kernel-workspace,plan-memory,schedule"
+  "autodiff{grad-accum=2},canonicalize,fold-accumulate,host-reads,kernel-workspace,routed-rows,"  \
+  "plan-memory,schedule"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -579,7 +580,8 @@ static void test_program_spmd(void **state) {
   xm_diag_init(&d);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
-  xm_status_t st = xm_pass_pipeline_run(m, "host-reads,kernel-workspace,plan-memory,schedule", &po, &d);
+  xm_status_t st = xm_pass_pipeline_run(
+      m, "host-reads,kernel-workspace,routed-rows,plan-memory,schedule", &po, &d);
   if (st != XM_OK) xm_diag_print(&d, stderr);
   assert_int_equal(st, XM_OK);
   xm_strbuf_t a, b;
@@ -601,7 +603,7 @@ static void test_program_spmd(void **state) {
   assert_op_has(text, m, ex, "xm_rt_exchange_counts(x, XM_RT_GROUP_EP, 1, %s, %s, %s, 2);", p0,
                 r0, r1);
   const xm_ir_op_t *disp = nth_op(m, XM_OP_ALL_TO_ALL, 0);
-  int nd = disp->results[0]->id;
+  int nd = (int)xm_ir_op_get_int(disp, "rows_id", -1); /* routed-rows names the count */
   place_text(disp->operands[0], p0, sizeof p0);
   place_text(disp->operands[1], p1, sizeof p1);
   place_text(disp->operands[2], p2, sizeof p2);
@@ -621,7 +623,7 @@ static void test_program_spmd(void **state) {
   assert_op_has(text, m, nth_op(m, XM_OP_UNSORT_CHUNKS, 0), "xm_k_unsort_chunks(");
   /* The combine: its own row count, which the scale over its rows uses. */
   const xm_ir_op_t *comb = nth_op(m, XM_OP_ALL_TO_ALL, 1);
-  int nc = comb->results[0]->id;
+  int nc = (int)xm_ir_op_get_int(comb, "rows_id", -1);
   assert_true(nc != nd);
   assert_op_has(text, m, comb,
                 "int64_t n_%d = xm_rt_all_to_all(x, XM_RT_GROUP_EP, XM_RT_PHASE_COMBINE, 1, ", nc);
@@ -769,7 +771,8 @@ static void test_program_rbd(void **state) {
   xm_diag_init(&d);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
-  xm_status_t st = xm_pass_pipeline_run(m, "host-reads,kernel-workspace,plan-memory,schedule", &po, &d);
+  xm_status_t st = xm_pass_pipeline_run(
+      m, "host-reads,kernel-workspace,routed-rows,plan-memory,schedule", &po, &d);
   if (st != XM_OK) xm_diag_print(&d, stderr);
   assert_int_equal(st, XM_OK);
   xm_strbuf_t out;
@@ -780,7 +783,7 @@ static void test_program_rbd(void **state) {
   const char *text = xm_strbuf_cstr(&out);
   char p0[96], p1[96], p2[96], r0[96], r1[96];
   const xm_ir_op_t *disp = nth_op(m, XM_OP_RBD_DISPATCH, 0);
-  int n = disp->results[0]->id;
+  int n = (int)xm_ir_op_get_int(disp, "rows_id", -1);
   place_text(disp->operands[0], p0, sizeof p0);
   place_text(disp->operands[1], p1, sizeof p1);
   place_text(disp->operands[2], p2, sizeof p2);
@@ -841,7 +844,7 @@ static void test_program_all_to_all_static(void **state) {
   if (st != XM_OK) xm_diag_print(&d, stderr);
   assert_int_equal(st, XM_OK);
   const xm_ir_op_t *a2a = nth_op(m, XM_OP_ALL_TO_ALL, 0);
-  int id = a2a->results[0]->id;
+  int id = (int)xm_ir_op_get_int(a2a, "rows_id", -1);
   const char *text = xm_strbuf_cstr(&out);
   assert_op_has(text, m, a2a,
                 "int64_t n_%d = xm_rt_all_to_all(x, XM_RT_GROUP_WORLD, XM_RT_PHASE_DISPATCH, -1, "

@@ -32,7 +32,8 @@
 #include "support/strbuf.h"
 
 #define PIPELINE                                                                                   \
-  "autodiff{grad-accum=2},canonicalize,fold-accumulate,host-reads,kernel-workspace,plan-memory,schedule"
+  "autodiff{grad-accum=2},canonicalize,fold-accumulate,host-reads,kernel-workspace,routed-rows,"   \
+  "plan-memory,schedule"
 
 /* ---- the hooks in generated code ---------------------------------------- */
 

@@ -574,8 +574,8 @@ static xm_status_t resolve_layout(compile_t *c, xm_diag_t *diag) {
 }
 
 /* "[shard{...},][fuse-permute-gemm,]autodiff{...},[mixed-precision{...},]
- * canonicalize,fold-accumulate,host-reads,kernel-workspace,plan-memory,
- * schedule". The shard
+ * canonicalize,fold-accumulate,host-reads,kernel-workspace,routed-rows,
+ * plan-memory,schedule". The shard
  * pass's options are all spelled out, so the manifest records the whole
  * layout. `fuse` false
  * leaves the permutation unfused (--no-fuse, and the comparison build of
@@ -599,7 +599,8 @@ static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
   xm_strbuf_put_double(out, c->spec.moe.aux_free_gamma);
   xm_strbuf_puts(out, "},");
   if (bf16(c)) xm_strbuf_puts(out, "mixed-precision{dtype=bf16},");
-  xm_strbuf_puts(out, "canonicalize,fold-accumulate,host-reads,kernel-workspace,plan-memory,schedule");
+  xm_strbuf_puts(out, "canonicalize,fold-accumulate,host-reads,kernel-workspace,routed-rows,"
+                      "plan-memory,schedule");
 }
 
 /* The activation arena of the same program without the fusion, for the

@@ -306,10 +306,20 @@ static int64_t dim(const xm_ir_value_t *v, int i) {
   return i >= 0 && i < v->type.rank ? v->type.dims[i] : 1;
 }
 
+/* Expected rows of every value: a static dim 0 as it is; the routed rows
+ * of a source of run-time counts (attr rows_id of the routed-rows pass)
+ * from what it receives (an all_to_all: the rows sent, under uniform
+ * routing; an rbd_dispatch: T*k; a permute: its bound), and every other
+ * dynamic result those of its source (attr rows_of), bounded by its own
+ * dim. A module without the attrs (compiled before routed-rows) takes the
+ * first routed operand's. */
 static void expected_rows(ctx_t *c) {
   const xm_ir_module_t *m = c->ins->m;
+  int64_t sources = xm_ir_module_get_int(m, "routed_sources", 0);
+  double *src = calloc((size_t)(sources > 0 ? sources : 1), sizeof *src);
   for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
     const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    int64_t id = xm_ir_op_get_int(op, "rows_id", -1), of = xm_ir_op_get_int(op, "rows_of", -1);
     for (int j = 0; j < op->num_results; j++) {
       const xm_ir_value_t *v = op->results[j];
       double r = v->type.rank > 0 ? (double)v->type.dims[0] : 1.0;
@@ -318,6 +328,8 @@ static void expected_rows(ctx_t *c) {
           r = c->rows[op->operands[0]->id];
         else if (op->code == XM_OP_RBD_DISPATCH && op->num_operands > 1)
           r = (double)dim(op->operands[0], 0) * (double)dim(op->operands[1], 1);
+        else if (src && of >= 0 && of < sources)
+          r = src[of];
         else if (op->code != XM_OP_PERMUTE)
           for (int k = 0; k < op->num_operands; k++)
             if (dyn0(op->operands[k])) {
@@ -325,10 +337,12 @@ static void expected_rows(ctx_t *c) {
               break;
             }
         if (r > (double)v->type.dims[0]) r = (double)v->type.dims[0];
+        if (src && id >= 0 && id < sources && j == 0) src[id] = r;
       }
       c->rows[v->id] = r;
     }
   }
+  free(src);
 }
 
 /* ---- compute ----------------------------------------------------------- */
