@@ -109,6 +109,12 @@ typedef enum {
 const char *xm_mesh_axis_name(xm_mesh_axis_t a); /* "dp", "tp", ... */
 bool xm_mesh_axis_from_name(const char *name, xm_mesh_axis_t *out);
 
+/* Limits of the fused MoE ops' attrs tile_rows and slots, checked by the
+ * verifier and the fuse-permute-gemm pass's options: their product, times
+ * any legal row width, stays far inside int64. */
+#define XM_IR_FUSED_MAX_TILE_ROWS 65536
+#define XM_IR_FUSED_MAX_SLOTS 1024
+
 /* = XM_RT_MAX_RANK of the runtime ABI (runtime/abi/program.h; codegen
  * checks they agree). */
 #define XM_IR_MAX_RANK 6

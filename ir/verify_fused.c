@@ -16,10 +16,6 @@
 
 #define TT(t) (xm_ir_type_text(t).s)
 
-/* Staged rows per tile and tiles: bounded so that their product, times any
- * legal row width, stays far inside int64. */
-#define XM_FUSED_MAX_TILE_ROWS 65536
-#define XM_FUSED_MAX_SLOTS 1024
 
 static const xm_ir_type_t *in(const xm_ir_rule_ctx_t *c, int i) {
   return &c->op->operands[i]->type;
@@ -32,8 +28,8 @@ static void copy_type(const xm_ir_type_t *t, xm_ir_type_t *out) {
 /* The scratch result: f32[slots * tile_rows, width], static. */
 static void set_scratch(xm_ir_rule_ctx_t *c, int64_t width, xm_ir_type_t *out) {
   int64_t tile = 0, slots = 0;
-  bool ok = xm_ir_rule_attr_int(c, "tile_rows", 1, XM_FUSED_MAX_TILE_ROWS, &tile);
-  ok = xm_ir_rule_attr_int(c, "slots", 1, XM_FUSED_MAX_SLOTS, &slots) && ok;
+  bool ok = xm_ir_rule_attr_int(c, "tile_rows", 1, XM_IR_FUSED_MAX_TILE_ROWS, &tile);
+  ok = xm_ir_rule_attr_int(c, "slots", 1, XM_IR_FUSED_MAX_SLOTS, &slots) && ok;
   if (!ok) return;
   int64_t dims[2] = {tile * slots, width};
   bool dyn[2] = {false, false};

@@ -36,8 +36,6 @@
 
 #define DEFAULT_TILE_ROWS 128
 #define DEFAULT_SLOTS 8
-#define MAX_TILE_ROWS 65536 /* the verifier's bounds (ir/verify_fused.c) */
-#define MAX_SLOTS 1024
 
 typedef struct {
   xm_ir_module_t *m;
@@ -146,8 +144,10 @@ static xm_status_t fuse_run(xm_ir_module_t *m, const xm_pass_options_t *options,
                             bool *out_changed) {
   fuse_t f = {m, 0, 0, NULL, 0, 0};
   XM_RETURN_IF_ERROR(
-      parse_count(options, "tile-rows", DEFAULT_TILE_ROWS, MAX_TILE_ROWS, diag, &f.tile_rows));
-  XM_RETURN_IF_ERROR(parse_count(options, "slots", DEFAULT_SLOTS, MAX_SLOTS, diag, &f.slots));
+      parse_count(options, "tile-rows", DEFAULT_TILE_ROWS, XM_IR_FUSED_MAX_TILE_ROWS, diag,
+                  &f.tile_rows));
+  XM_RETURN_IF_ERROR(
+      parse_count(options, "slots", DEFAULT_SLOTS, XM_IR_FUSED_MAX_SLOTS, diag, &f.slots));
   if (has_backward(m)) {
     /* Fused after autodiff, the backward would still gather: refuse rather
      * than fuse half the block. */
