@@ -1185,7 +1185,8 @@ static int param_index(const xm_ir_module_t *m, const char *name) {
 /* One table row: name, category, dtype, rank, dims, place, init, param,
  * sharding. */
 static void emit_row(gen_t *g, const char *name, const char *category, const xm_ir_value_t *v,
-                     const char *init, double std, int trainable, int param, shard_cols_t sh) {
+                     const char *init, double std, int trainable, int param, shard_cols_t sh,
+                     bool accumulator) {
   xm_mem_place_t p = {0, 0, 0};
   if (!xm_plan_memory_place(v->def, v->index, &p))
     gen_error(g, v->def, XM_ERR_INTERNAL, "%s result has no memory place (run plan-memory)%s",
@@ -1199,10 +1200,11 @@ static void emit_row(gen_t *g, const char *name, const char *category, const xm_
   for (int i = 0; i < v->type.rank; i++)
     xm_strbuf_printf(&row, "%s%" PRId64, i ? ", " : "", v->type.dims[i]);
   if (v->type.rank == 0) xm_strbuf_puts(&row, "0");
-  xm_strbuf_printf(&row, "}, %d, %" PRId64 ", %" PRId64 ", %s, %sf, %d, %d, %d, %d, %d},",
+  xm_strbuf_printf(&row, "}, %d, %" PRId64 ", %" PRId64 ", %s, %sf, %d, %d, %d, %d, %d%s},",
                    p.arena == XM_MEM_ARENA_PERSISTENT ? 1 : 0, p.offset,
                    numel(v) * (int64_t)xm_dtype_size(v->type.dtype), init, num(g, v->def, std),
-                   trainable, param, sh.split_group, sh.split_dim, sh.chunk_group);
+                   trainable, param, sh.split_group, sh.split_dim, sh.chunk_group,
+                   accumulator ? ", .accumulator = 1" : "");
   EMIT("%s", xm_strbuf_cstr(&row));
   xm_strbuf_free(&row);
 }
@@ -1213,15 +1215,17 @@ static void emit_decl_row(gen_t *g, const xm_ir_op_t *op, table_idx_t *t) {
     const char *init = xm_ir_op_get_string(op, "init", "normal");
     double std = strcmp(init, "normal") == 0 ? xm_ir_op_get_float(op, "std", 0.02) : 0.0;
     emit_row(g, name, "XM_RT_CAT_WEIGHTS", OUT(0), init_name(init), std,
-             xm_ir_op_get_bool(op, "trainable", true), -1, param_shard(g, op));
+             xm_ir_op_get_bool(op, "trainable", true), -1, param_shard(g, op), false);
   } else if (op->code == XM_OP_STATE) {
     int of = param_index(g->m, xm_ir_op_get_string(op, "of", ""));
+    const char *kind = xm_ir_op_get_string(op, "kind", "");
     emit_row(g, name, state_category(op), OUT(0), "XM_RT_INIT_ZEROS", 0.0, 0, of,
-             state_shard(g, op));
+             state_shard(g, op), strcmp(kind, "grad") == 0 || strcmp(kind, "load") == 0);
   } else {
     if (strcmp(name, "tokens") == 0) t->tokens = t->count;
     if (strcmp(name, "labels") == 0) t->labels = t->count;
-    emit_row(g, name, "XM_RT_CAT_INPUTS", OUT(0), "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded);
+    emit_row(g, name, "XM_RT_CAT_INPUTS", OUT(0), "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded,
+             false);
   }
   t->count++;
 }
@@ -1246,10 +1250,10 @@ static void emit_table(gen_t *g, table_idx_t *t) {
   } else {
     t->loss = t->count++;
     emit_row(g, "loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[0], "XM_RT_INIT_NONE", 0.0, 0, -1,
-             k_unsharded);
+             k_unsharded, false);
     t->ce_loss = t->count++;
     emit_row(g, "ce_loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[ret->num_operands > 1 ? 1 : 0],
-             "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded);
+             "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded, false);
   }
   xm_emit_dedent(&g->e);
   EMIT("};");

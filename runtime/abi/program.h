@@ -71,6 +71,10 @@ typedef struct {
   int split_group;
   int split_dim;
   int chunk_group;
+  /* States: 1 for what a micro-batch accumulates into (gradients, the
+   * aux-free load counts), which the driver zeroes after an evaluation
+   * (it runs micro but never step); 0 otherwise. */
+  int accumulator;
 } xm_rt_tensor_t;
 
 typedef struct xm_rt_exec xm_rt_exec_t;

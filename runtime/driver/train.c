@@ -522,9 +522,7 @@ static void zero_accumulators(trainer_t *t) {
   const xm_rt_program_t *p = t->p;
   for (int i = 0; i < p->num_tensors; i++) {
     const xm_rt_tensor_t *d = &p->tensors[i];
-    const char *dot = d->name ? strrchr(d->name, '.') : NULL;
-    int acc = d->category == XM_RT_CAT_GRADS ||
-              (d->param >= 0 && dot && (strcmp(dot, ".grad") == 0 || strcmp(dot, ".load") == 0));
+    int acc = d->category == XM_RT_CAT_GRADS || d->accumulator;
     if (acc && d->persistent) xm_rt_zero(&t->x, tensor_ptr(t, i), d->bytes);
   }
 }

@@ -707,20 +707,21 @@ static void test_program_spmd(void **state) {
                 "xm_rt_zero_gather(x, XM_RT_GROUP_DP, ");
 
   /* Table: splits (group kind + 1: tp 3, ep 4), inherited by grads and
-   * whole moments; ZeRO-1 chunks (dp 2, edp 5) are not split. */
+   * whole moments; ZeRO-1 chunks (dp 2, edp 5) are not split; gradients
+   * and loads are the accumulators the driver clears after an evaluation. */
   assert_non_null(strstr(text, "{\"experts.w\", XM_RT_CAT_WEIGHTS, XM_RT_F32, 3, {2, 4, 4}, 1, "));
   struct {
     const char *name, *tail;
   } rows[] = {
       {"{\"experts.w\", ", ", 1, -1, 4, 0, 0},"},
-      {"{\"experts.w.grad\", ", ", 0, 2, 4, 0, 0},"},
+      {"{\"experts.w.grad\", ", ", 0, 2, 4, 0, 0, .accumulator = 1},"},
       {"{\"experts.w.exp_avg\", ", ", 0, 2, 0, 0, 5},"},
       {"{\"experts.w.exp_avg_sq\", ", ", 0, 2, 0, 0, 5},"},
       {"{\"norm.w\", ", ", 1, -1, 0, 0, 0},"},
       {"{\"norm.w.exp_avg\", ", ", 0, 3, 0, 0, 2},"},
-      {"{\"norm.w.load\", ", ", 0, 3, 0, 0, 0},"},
+      {"{\"norm.w.load\", ", ", 0, 3, 0, 0, 0, .accumulator = 1},"},
       {"{\"dense.w\", ", ", 1, -1, 3, 1, 0},"},
-      {"{\"dense.w.grad\", ", ", 0, 4, 3, 1, 0},"},
+      {"{\"dense.w.grad\", ", ", 0, 4, 3, 1, 0, .accumulator = 1},"},
       {"{\"dense.w.exp_avg_sq\", ", ", 0, 4, 3, 1, 0},"},
       {"{\"tokens\", ", ", 0, -1, 0, 0, 0},"},
   };

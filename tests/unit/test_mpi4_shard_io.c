@@ -192,6 +192,7 @@ static void build_table(table_t *T, lay_t lay) {
   xm_rt_tensor_t *ld = &T->t[LOAD];
   snprintf(T->names[LOAD], sizeof T->names[0], "model.layers.0.mlp.gate.load");
   ld->name = T->names[LOAD];
+  ld->accumulator = 1;
   ld->category = XM_RT_CAT_OPTIMIZER;
   ld->dtype = XM_RT_I32;
   ld->rank = 1;
