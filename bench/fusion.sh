@@ -2,7 +2,7 @@
 # bench/fusion.sh — the fused padding-free permutation against the unfused
 # program, side by side in one run: the activation arena each compile
 # reports (samples/tiny.json and samples/xmoe-small.json, one rank; the
-# latter compiled in fp32, as fuse-permute-gemm builds fp32 programs), then
+# latter compiled in fp32, as the figures in docs/benchmarks.md are), then
 # the tiny sample trained STEPS steps (default 30) both ways on the same
 # text with the same seed: the first step whose loss differs, the loss
 # difference at the end, and the tokens/s of each (best of two runs).

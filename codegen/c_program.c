@@ -359,6 +359,15 @@ static const char *i64_text(gen_t *g, int64_t v) {
 /* A weight gradient's destination: its grad state when the accumulate is
  * folded into the GEMM, else its own buffer. */
 #define KD(dw) ((karg_t){dw_dest(g, (dw)), dw_dest_value(g, (dw))})
+/* A fused MoE kernel: its _bf16 variant, with the op's workspace as the
+ * last argument, when mixed-precision gave the op bf16 operands. */
+#define FUSED_CALL(name, ...)                                                                      \
+  do {                                                                                             \
+    if (bf16_gemm(op))                                                                             \
+      CALL(name "_bf16", __VA_ARGS__, KS(workspace(g, op)));                                      \
+    else                                                                                           \
+      CALL(name, __VA_ARGS__);                                                                     \
+  } while (0)
 /* The scratch result r of a fused MoE op and its tiling. */
 #define KTILE(r)                                                                                   \
   KV(OUT(r)), KI(xm_ir_op_get_int(op, "tile_rows", 1)), KI(xm_ir_op_get_int(op, "slots", 1))
@@ -629,31 +638,31 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
          KS(routed_n(g, op, IN(2))), KI(dim(IN(3), 0)), KI(dim(IN(3), 1)), KI(dim(IN(0), -1)));
     break;
   case XM_OP_GATHER_GROUPED_MATMUL: /* x[T,K], indices, tpe, w[E,M,K] -> y, scratch */
-    CALL("gather_grouped_matmul", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)),
+    FUSED_CALL("gather_grouped_matmul", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)),
          KI(dim(IN(3), 0)), KI(dim(IN(3), 2)), KI(dim(IN(3), 1)), KI(iattr(g, op, "k")), KTILE(1));
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE: /* h[N,K], w[E,M,K], tpe, indices, weights[T,k] */
-    CALL("grouped_matmul_combine", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
+    FUSED_CALL("grouped_matmul_combine", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
          KV(OUT(0)), KI(dim(IN(1), 0)), KI(dim(IN(1), 2)), KI(dim(IN(1), 1)), KI(dim(IN(4), 0)),
          KI(dim(IN(4), 1)), KTILE(1));
     break;
   case XM_OP_GATHER_GROUPED_MATMUL_DX: /* dy[N,M], w[E,M,K], tpe, indices -> dx[T,K] */
-    CALL("gather_grouped_matmul_dx", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)),
+    FUSED_CALL("gather_grouped_matmul_dx", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)),
          KI(dim(IN(1), 0)), KI(dim(IN(1), 2)), KI(dim(IN(1), 1)), KI(dim(OUT(0), 0)),
          KI(iattr(g, op, "k")), KTILE(1));
     break;
   case XM_OP_GATHER_GROUPED_MATMUL_DW: /* dy[N,M], x[T,K], indices, tpe -> dw[E,M,K] */
-    CALL("gather_grouped_matmul_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KD(OUT(0)),
+    FUSED_CALL("gather_grouped_matmul_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KD(OUT(0)),
          KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KI(iattr(g, op, "k")),
          KS(dw_beta(g, OUT(0))), KTILE(1));
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE_GRAD: /* dout, h, w, tpe, indices, weights -> dh, dweights */
-    CALL("grouped_matmul_combine_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
+    FUSED_CALL("grouped_matmul_combine_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
          KV(IN(5)), KV(OUT(0)), KV(OUT(1)), KI(dim(IN(2), 0)), KI(dim(IN(2), 2)), KI(dim(IN(2), 1)),
          KI(dim(IN(5), 0)), KI(dim(IN(5), 1)), KTILE(2));
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE_DW: /* dout[T,M], h[N,K], indices, weights, tpe -> dw */
-    CALL("grouped_matmul_combine_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
+    FUSED_CALL("grouped_matmul_combine_dw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
          KD(OUT(0)), KI(dim(OUT(0), 0)), KI(dim(OUT(0), 2)), KI(dim(OUT(0), 1)), KI(dim(IN(3), 1)),
          KS(dw_beta(g, OUT(0))), KTILE(1));
     break;

@@ -8,7 +8,10 @@
  * expert weights [E, M, K]. Every op ends with its scratch result, whose
  * type follows from attrs tile_rows and slots and the staged row width;
  * the rule computes it like any other result, so a scratch of the wrong
- * size is a verifier error, not a kernel overrun.
+ * size is a verifier error, not a kernel overrun. The results are f32
+ * whatever the float dtype of the operands: the epilogues accumulate in
+ * f32, and under bf16 mixed precision the operands are bf16 and the
+ * results stay f32.
  */
 #include <stdint.h>
 
@@ -83,7 +86,7 @@ static void rule_gather_grouped_matmul(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   const xm_ir_type_t *x = in(c, 0), *idx = in(c, 1), *w = in(c, 3);
   int64_t dims[2] = {idx->dims[0], w->dims[1]};
   bool dyn[2] = {idx->dynamic[0], w->dynamic[1]};
-  xm_ir_rule_set_result(&out[0], x->dtype, 2, dims, dyn);
+  xm_ir_rule_set_result(&out[0], XM_DT_F32, 2, dims, dyn);
   set_scratch(c, x->dims[1], &out[1]);
 }
 
@@ -101,10 +104,10 @@ static void rule_grouped_matmul_combine(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) 
   xm_ir_rule_need_dim_eq(c, "row count", 3, 0, 0, 0);
   need_routing_weights(c, 4, 4, 0, 0);
   if (c->errors > e0) return;
-  const xm_ir_type_t *h = in(c, 0), *w = in(c, 1), *rw = in(c, 4);
+  const xm_ir_type_t *w = in(c, 1), *rw = in(c, 4);
   int64_t dims[2] = {rw->dims[0], w->dims[1]};
   bool dyn[2] = {rw->dynamic[0], w->dynamic[1]};
-  xm_ir_rule_set_result(&out[0], h->dtype, 2, dims, dyn);
+  xm_ir_rule_set_result(&out[0], XM_DT_F32, 2, dims, dyn);
   set_scratch(c, w->dims[1], &out[1]);
 }
 
@@ -130,7 +133,7 @@ static void rule_gather_grouped_matmul_dx(xm_ir_rule_ctx_t *c, xm_ir_type_t *out
                      (long long)dy->dims[0], (long long)slots);
   int64_t dims[2] = {T, w->dims[2]};
   bool dyn[2] = {false, w->dynamic[2]};
-  xm_ir_rule_set_result(&out[0], dy->dtype, 2, dims, dyn);
+  xm_ir_rule_set_result(&out[0], XM_DT_F32, 2, dims, dyn);
   set_scratch(c, w->dims[2], &out[1]);
 }
 
@@ -149,7 +152,7 @@ static void rule_gather_grouped_matmul_dw(xm_ir_rule_ctx_t *c, xm_ir_type_t *out
   const xm_ir_type_t *dy = in(c, 0), *x = in(c, 1), *tpe = in(c, 3);
   int64_t dims[3] = {tpe->dims[0], dy->dims[1], x->dims[1]};
   bool dyn[3] = {tpe->dynamic[0], dy->dynamic[1], x->dynamic[1]};
-  xm_ir_rule_set_result(&out[0], dy->dtype, 3, dims, dyn);
+  xm_ir_rule_set_result(&out[0], XM_DT_F32, 3, dims, dyn);
   set_scratch(c, x->dims[1], &out[1]);
 }
 
@@ -169,7 +172,8 @@ static void rule_grouped_matmul_combine_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *
   xm_ir_rule_need_dim_eq(c, "row count", 4, 0, 1, 0);
   need_routing_weights(c, 5, 0, 0, 1);
   if (c->errors > e0) return;
-  copy_type(in(c, 1), &out[0]);
+  const xm_ir_type_t *h = in(c, 1);
+  xm_ir_rule_set_result(&out[0], XM_DT_F32, h->rank, h->dims, h->dynamic);
   copy_type(in(c, 5), &out[1]);
   set_scratch(c, in(c, 0)->dims[1], &out[2]);
 }
@@ -188,7 +192,7 @@ static void rule_grouped_matmul_combine_dw(xm_ir_rule_ctx_t *c, xm_ir_type_t *ou
   const xm_ir_type_t *dout = in(c, 0), *h = in(c, 1), *tpe = in(c, 4);
   int64_t dims[3] = {tpe->dims[0], dout->dims[1], h->dims[1]};
   bool dyn[3] = {tpe->dynamic[0], dout->dynamic[1], h->dynamic[1]};
-  xm_ir_rule_set_result(&out[0], dout->dtype, 3, dims, dyn);
+  xm_ir_rule_set_result(&out[0], XM_DT_F32, 3, dims, dyn);
   set_scratch(c, dout->dims[1], &out[1]);
 }
 

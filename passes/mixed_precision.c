@@ -21,11 +21,14 @@
  *     gradient norm and AdamW on the f32 master weights and states all
  *     stay f32.
  *
+ *   - the fused MoE ops (fuse-permute-gemm) read their token, row and
+ *     weight operands in bf16 the same way; their results stay f32, as
+ *     their epilogues accumulate in f32 (the combine's weighted sum, the
+ *     input gradient's sum over a token's rows).
+ *
  * Every bf16 GEMM gets attr workspace (bytes) for its operands widened in
  * tiles (runtime/abi/bf16.h), which plan-memory places. The module records
- * compute_dtype ("f32" or "bf16") and mixed_casts (casts inserted). The
- * fused MoE kernels are f32 only so far: a module with fused ops is
- * refused (xmoec compile does not fuse a bf16 program).
+ * compute_dtype ("f32" or "bf16") and mixed_casts (casts inserted).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -57,16 +60,31 @@ static bool is_weight_grad(xm_ir_opcode_t code) {
   return code == XM_OP_MATMUL_DW || code == XM_OP_GROUPED_MATMUL_DW;
 }
 
-static bool is_fused(xm_ir_opcode_t code) {
+/* The fused MoE ops: which operands are multiplied (read in bf16; the
+ * routing weights, indices and counts are not), and whether the op has an
+ * expert weight the kernel widens. Their results stay f32 (ir/ops.def). */
+static int fused_operands(xm_ir_opcode_t code, int *out, bool *widen_w) {
+  *widen_w = true;
   switch (code) {
-  case XM_OP_GATHER_GROUPED_MATMUL:
-  case XM_OP_GROUPED_MATMUL_COMBINE:
-  case XM_OP_GATHER_GROUPED_MATMUL_DX:
-  case XM_OP_GATHER_GROUPED_MATMUL_DW:
-  case XM_OP_GROUPED_MATMUL_COMBINE_GRAD:
-  case XM_OP_GROUPED_MATMUL_COMBINE_DW: return true;
-  default: return false;
+  case XM_OP_GATHER_GROUPED_MATMUL: out[0] = 0, out[1] = 3; return 2;       /* x, w */
+  case XM_OP_GROUPED_MATMUL_COMBINE: out[0] = 0, out[1] = 1; return 2;      /* h, w */
+  case XM_OP_GATHER_GROUPED_MATMUL_DX: out[0] = 0, out[1] = 1; return 2;    /* dy, w */
+  case XM_OP_GROUPED_MATMUL_COMBINE_GRAD: out[0] = 0, out[1] = 1, out[2] = 2; return 3;
+  case XM_OP_GATHER_GROUPED_MATMUL_DW: *widen_w = false, out[0] = 0, out[1] = 1; return 2;
+  case XM_OP_GROUPED_MATMUL_COMBINE_DW: *widen_w = false, out[0] = 0, out[1] = 1; return 2;
+  default: return 0;
   }
+}
+
+/* Operand j of `op` is read in bf16 by a GEMM (dense, grouped or fused). */
+static bool gemm_operand(const xm_ir_op_t *op, int j) {
+  if (is_gemm(op->code)) return j < 2;
+  int pos[3];
+  bool w;
+  int n = fused_operands(op->code, pos, &w);
+  for (int i = 0; i < n; i++)
+    if (pos[i] == j) return true;
+  return false;
 }
 
 /* A cast of `v` to `dt` appended and moved to position `at`, with the
@@ -107,21 +125,49 @@ static int64_t workspace_bytes(const xm_ir_op_t *op) {
   return 4 * xm_bf16_gemm_ws_floats(rows, K, N, widen);
 }
 
+/* Operand j of the op at position *i read through its bf16 cast (made
+ * before the op unless an earlier GEMM made it); advances *i past it. */
+static void cast_operand(mixed_t *x, int *i, xm_ir_op_t *op, int j) {
+  xm_ir_value_t *v = op->operands[j];
+  if (v->type.dtype != XM_DT_F32) return;
+  xm_ir_value_t *c = v->id < x->num_values ? x->cast_of[v->id] : NULL;
+  if (!c) {
+    c = cast_at(x, v, XM_DT_BF16, *i, op);
+    (*i)++;
+    if (v->id < x->num_values) x->cast_of[v->id] = c;
+  }
+  xm_ir_op_set_operand(op, j, c);
+}
+
+/* A fused MoE op at position *i: bf16 operands, f32 results, and the
+ * workspace its kernel widens them in. */
+static void convert_fused(mixed_t *x, int *i) {
+  xm_ir_op_t *op = xm_ir_module_op(x->m, *i);
+  int pos[3];
+  bool widen_w;
+  int n = fused_operands(op->code, pos, &widen_w);
+  for (int k = 0; k < n; k++)
+    cast_operand(x, i, op, pos[k]);
+  /* K and M: the widths of the rows on each side of the expert GEMM. */
+  int64_t K, M;
+  const xm_ir_type_t *a = &op->operands[0]->type, *b = &op->operands[1]->type;
+  switch (op->code) {
+  case XM_OP_GATHER_GROUPED_MATMUL: K = a->dims[1], M = op->operands[3]->type.dims[1]; break;
+  case XM_OP_GROUPED_MATMUL_COMBINE: K = a->dims[1], M = b->dims[1]; break;
+  case XM_OP_GATHER_GROUPED_MATMUL_DX: M = a->dims[1], K = b->dims[2]; break;
+  default: M = a->dims[1], K = b->dims[1]; break; /* dw: dy, x; combine grad / dw: dout, h */
+  }
+  int64_t ws = xm_bf16_fused_ws_floats(xm_ir_op_get_int(op, "tile_rows", 1),
+                                       xm_ir_op_get_int(op, "slots", 1), K, M, widen_w);
+  xm_ir_op_set_int(x->m, op, "workspace", 4 * ws);
+}
+
 /* The GEMM at position *i: bf16 operands, then its result. Advances *i
  * past the casts it inserts before the op. */
 static void convert_gemm(mixed_t *x, int *i) {
   xm_ir_op_t *op = xm_ir_module_op(x->m, *i);
-  for (int j = 0; j < 2; j++) {
-    xm_ir_value_t *v = op->operands[j];
-    if (v->type.dtype != XM_DT_F32) continue;
-    xm_ir_value_t *c = v->id < x->num_values ? x->cast_of[v->id] : NULL;
-    if (!c) {
-      c = cast_at(x, v, XM_DT_BF16, *i, op);
-      (*i)++;
-      if (v->id < x->num_values) x->cast_of[v->id] = c;
-    }
-    xm_ir_op_set_operand(op, j, c);
-  }
+  for (int j = 0; j < 2; j++)
+    cast_operand(x, i, op, j);
   xm_ir_op_set_int(x->m, op, "workspace", workspace_bytes(op));
   if (is_weight_grad(op->code)) return;
   /* The result in bf16; the uses that are not a GEMM's matrix operands
@@ -134,7 +180,7 @@ static void convert_gemm(mixed_t *x, int *i) {
     xm_ir_op_t *user = xm_ir_module_op(x->m, u);
     if (user->code == XM_OP_CAST && user->operands[0] == r) continue;
     for (int j = 0; j < user->num_operands; j++) {
-      if (user->operands[j] != r || (is_gemm(user->code) && j < 2)) continue;
+      if (user->operands[j] != r || gemm_operand(user, j)) continue;
       if (!back) {
         back = cast_at(x, r, XM_DT_F32, *i + 1, op);
         n++;
@@ -160,20 +206,18 @@ static xm_status_t mixed_run(xm_ir_module_t *m, const xm_pass_options_t *options
     xm_ir_module_set_int(m, "mixed_casts", 0);
     return XM_OK;
   }
-  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
-    const xm_ir_op_t *op = xm_ir_module_op(m, i);
-    if (!is_fused(op->code)) continue;
-    xm_diag_add(diag, XM_DIAG_ERROR, op->loc, NULL,
-                "mixed-precision: op %d %s: the fused MoE kernels are f32 only; run "
-                "mixed-precision on a module without fuse-permute-gemm",
-                i, xm_ir_opinfo(op->code)->name);
-    return XM_ERR_UNSUPPORTED;
-  }
   mixed_t x = {m, NULL, xm_ir_module_num_values(m), 0};
   x.cast_of = calloc((size_t)x.num_values + 1, sizeof *x.cast_of);
   if (!x.cast_of) return XM_ERR_NO_MEMORY;
-  for (int i = 0; i < xm_ir_module_num_ops(m); i++)
-    if (is_gemm(xm_ir_module_op(m, i)->code)) convert_gemm(&x, &i);
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    xm_ir_opcode_t code = xm_ir_module_op(m, i)->code;
+    int pos[3];
+    bool w;
+    if (is_gemm(code))
+      convert_gemm(&x, &i);
+    else if (fused_operands(code, pos, &w) > 0)
+      convert_fused(&x, &i);
+  }
   free(x.cast_of);
   xm_ir_module_set_int(m, "mixed_casts", x.casts);
   *out_changed = x.casts > 0;

@@ -44,4 +44,14 @@ static inline int64_t xm_bf16_gemm_ws_floats(int64_t rows, int64_t K, int64_t N,
   return (widen_w ? N * K : 0) + r * (K + N);
 }
 
+/* Workspace of a fused MoE kernel on bf16 operands, in floats: per thread
+ * slot (at most `slots`), one expert weight [M,K] widened (`widen_w`: the
+ * kernels with a weight operand) and a tile of up to max(K, M) floats per
+ * row of the expert-sorted operand widened. */
+static inline int64_t xm_bf16_fused_ws_floats(int64_t tile_rows, int64_t slots, int64_t K,
+                                              int64_t M, int widen_w) {
+  int64_t wide = K > M ? K : M;
+  return slots * ((widen_w ? M * K : 0) + tile_rows * wide);
+}
+
 #endif /* XM_RUNTIME_ABI_BF16_H */

@@ -284,4 +284,41 @@ void xm_k_grouped_matmul_dw_bf16(const xm_bf16_t *dy, const xm_bf16_t *x, const 
                                  float *dw, int64_t E, int64_t K, int64_t M, float beta,
                                  float *ws);
 
+/* The fused MoE kernels with bf16 token, row and weight operands (routing
+ * weights f32), f32 accumulation and f32 results: the same work and tiles
+ * as the f32 kernels above on the operands widened as they are read; ws is
+ * the op's workspace, xm_bf16_fused_ws_floats(tile_rows, slots, K, M,
+ * widen_w) floats (widen_w: the kernel has a weight operand; not the two
+ * dw kernels). */
+void xm_k_gather_grouped_matmul_bf16(const xm_bf16_t *x, const int32_t *indices,
+                                     const int32_t *tpe, const xm_bf16_t *w, float *y, int64_t E,
+                                     int64_t K, int64_t M, int64_t k, float *scratch,
+                                     int64_t tile_rows, int64_t slots, float *ws);
+void xm_k_grouped_matmul_combine_bf16(const xm_bf16_t *h, const xm_bf16_t *w, const int32_t *tpe,
+                                      const int32_t *indices, const float *weights, float *out,
+                                      int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
+                                      float *scratch, int64_t tile_rows, int64_t slots,
+                                      float *ws);
+void xm_k_gather_grouped_matmul_dx_bf16(const xm_bf16_t *dy, const xm_bf16_t *w,
+                                        const int32_t *tpe, const int32_t *indices, float *dx,
+                                        int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
+                                        float *scratch, int64_t tile_rows, int64_t slots,
+                                        float *ws);
+void xm_k_gather_grouped_matmul_dw_bf16(const xm_bf16_t *dy, const xm_bf16_t *x,
+                                        const int32_t *indices, const int32_t *tpe, float *dw,
+                                        int64_t E, int64_t K, int64_t M, int64_t k, float beta,
+                                        float *scratch, int64_t tile_rows, int64_t slots,
+                                        float *ws);
+void xm_k_grouped_matmul_combine_grad_bf16(const xm_bf16_t *dout, const xm_bf16_t *h,
+                                           const xm_bf16_t *w, const int32_t *tpe,
+                                           const int32_t *indices, const float *weights,
+                                           float *dh, float *dweights, int64_t E, int64_t K,
+                                           int64_t M, int64_t T, int64_t k, float *scratch,
+                                           int64_t tile_rows, int64_t slots, float *ws);
+void xm_k_grouped_matmul_combine_dw_bf16(const xm_bf16_t *dout, const xm_bf16_t *h,
+                                         const int32_t *indices, const float *weights,
+                                         const int32_t *tpe, float *dw, int64_t E, int64_t K,
+                                         int64_t M, int64_t k, float beta, float *scratch,
+                                         int64_t tile_rows, int64_t slots, float *ws);
+
 #endif /* XM_RUNTIME_KERNELS_H */

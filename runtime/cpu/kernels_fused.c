@@ -51,6 +51,7 @@
 
 #include <cblas.h>
 
+#include "runtime/abi/bf16.h"
 #include "runtime/cpu/kernels.h"
 #include "support/status.h"
 
@@ -96,7 +97,65 @@ typedef struct {
   float *scratch;
   int64_t E, K, M, T, k, tile, width; /* width: W, floats per staged row */
   float beta;                         /* dw, cdw */
+  /* bf16 operands (the _bf16 kernels): tok, rows and w read from these
+   * instead, widened to f32 as they are used, in each thread's slice of ws
+   * (ws_slot floats: the expert weight [M,K] it last widened, when w16,
+   * then a tile of rows of up to max(K, M) floats). */
+  const xm_bf16_t *tok16, *rows16, *w16;
+  float *ws;
+  int64_t ws_slot;
 } fused_t;
+
+/* One thread's buffers: its scratch tile and, for bf16 operands, its
+ * widened expert weight (of expert `we`, -1 for none yet) and row tile. */
+typedef struct {
+  float *s, *wbuf, *rbuf;
+  int64_t we;
+} slot_t;
+
+static slot_t slot_of(const fused_t *f, int64_t tid) {
+  slot_t sl = {f->scratch + tid * f->tile * f->width, NULL, NULL, -1};
+  if (f->ws) {
+    sl.wbuf = f->ws + tid * f->ws_slot;
+    sl.rbuf = sl.wbuf + (f->w16 ? f->M * f->K : 0);
+  }
+  return sl;
+}
+
+static void widen(const xm_bf16_t *src, float *dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = xm_bf16_to_f32(src[i]);
+}
+
+/* Expert e's weight [M,K] in f32: the operand itself, or this thread's
+ * widened copy (made once per expert: a thread's jobs come in increasing
+ * order, so its experts do too). */
+static const float *weights(const fused_t *f, slot_t *sl, int64_t e) {
+  int64_t MK = f->M * f->K;
+  if (!f->w16) return f->w + e * MK;
+  if (sl->we != e) {
+    widen(f->w16 + e * MK, sl->wbuf, MK);
+    sl->we = e;
+  }
+  return sl->wbuf;
+}
+
+/* Rows [r0, r0 + nr) of the expert-sorted operand (rows of `ld` floats),
+ * columns [c0, c0 + cw), in f32: a pointer into the operand with leading
+ * dimension ld, or the thread's widened tile with leading dimension cw. */
+typedef struct {
+  const float *p;
+  int64_t ld;
+} rows_t;
+
+static rows_t rows_at(const fused_t *f, slot_t *sl, int64_t r0, int64_t nr, int64_t ld,
+                      int64_t c0, int64_t cw) {
+  if (!f->rows16) return (rows_t){f->rows + r0 * ld + c0, ld};
+  for (int64_t i = 0; i < nr; i++)
+    widen(f->rows16 + (r0 + i) * ld + c0, sl->rbuf + i * cw, cw);
+  return (rows_t){sl->rbuf, cw};
+}
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -155,13 +214,23 @@ static int64_t lower_bound(const int32_t *v, int64_t n, int64_t key) {
 
 /* s[i, 0:width] = src[slot_i / k, c0 : c0 + width] (rows of ld floats) for
  * the rows [r0, r0 + nr), times the slot's routing weight when wts is set. */
-static void gather_tile(const float *src, int64_t ld, int64_t c0, int64_t width,
-                        const int32_t *idx, const float *wts, int64_t k, int64_t r0, int64_t nr,
-                        float *s) {
+static void gather_tile(const fused_t *f, int64_t ld, int64_t c0, int64_t width,
+                        const float *wts, int64_t r0, int64_t nr, float *s) {
+  const int32_t *idx = f->idx;
+  int64_t k = f->k;
   for (int64_t i = 0; i < nr; i++) {
     int32_t slot = idx[r0 + i];
-    const float *g = src + (int64_t)(slot / k) * ld + c0;
     float *d = s + i * width;
+    if (f->tok16) { /* widened, then weighted as the f32 rows are */
+      widen(f->tok16 + (int64_t)(slot / k) * ld + c0, d, width);
+      if (!wts) continue;
+      float w = wts[slot];
+#pragma omp simd
+      for (int64_t c = 0; c < width; c++)
+        d[c] = w * d[c];
+      continue;
+    }
+    const float *g = f->tok + (int64_t)(slot / k) * ld + c0;
     if (!wts) {
       memcpy(d, g, sizeof(float) * (size_t)width);
       continue;
@@ -176,24 +245,26 @@ static void gather_tile(const float *src, int64_t ld, int64_t c0, int64_t width,
 /* ---- jobs of fixed tiles: forward, combine_grad, the two dw -------------- */
 
 /* Tile p of expert e (rows [row, row + r)): forward or combine_grad. */
-static void row_job(const fused_t *f, int64_t e, int64_t row, int64_t r, int64_t p, float *s) {
+static void row_job(const fused_t *f, int64_t e, int64_t row, int64_t r, int64_t p, slot_t *sl) {
   int64_t K = f->K, M = f->M, r0 = row + p * f->tile, nr = min64(f->tile, r - p * f->tile);
-  const float *we = f->w + e * M * K;
+  float *s = sl->s;
+  const float *we = weights(f, sl, e);
   if (f->kind == FUSED_FWD) {
-    gather_tile(f->tok, K, 0, K, f->idx, NULL, f->k, r0, nr, s);
+    gather_tile(f, K, 0, K, NULL, r0, nr, s);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)M, (int)K, 1.0f, s,
                 (int)K, we, (int)K, 0.0f, f->out + r0 * M, (int)M);
     return;
   }
   /* combine_grad: g = dout rows times w[e], written into dh, then scaled
    * there once its dot with h is taken. */
-  gather_tile(f->tok, M, 0, M, f->idx, NULL, f->k, r0, nr, s);
+  gather_tile(f, M, 0, M, NULL, r0, nr, s);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)K, (int)M, 1.0f, s,
               (int)M, we, (int)K, 0.0f, f->out + r0 * K, (int)K);
+  rows_t hr = rows_at(f, sl, r0, nr, K, 0, K);
   for (int64_t i = r0; i < r0 + nr; i++) {
     int32_t slot = f->idx[i];
     float wt = f->wts[slot], *d = f->out + i * K;
-    const float *h = f->rows + i * K;
+    const float *h = hr.p + (i - r0) * hr.ld;
     double dot = 0.0;
 #pragma omp simd reduction(+ : dot)
     for (int64_t c = 0; c < K; c++) {
@@ -207,7 +278,8 @@ static void row_job(const fused_t *f, int64_t e, int64_t row, int64_t r, int64_t
 
 /* Slice p of the weight-gradient rows of expert e: the sum over its rows,
  * tile after tile (beta for the first, 1 after). */
-static void dw_job(const fused_t *f, int64_t e, int64_t row, int64_t r, int64_t p, float *s) {
+static void dw_job(const fused_t *f, int64_t e, int64_t row, int64_t r, int64_t p, slot_t *sl) {
+  float *s = sl->s;
   int64_t K = f->K, M = f->M, np = jobs_of(f, r);
   int64_t m0 = M * p / np, m1 = M * (p + 1) / np, mw = m1 - m0;
   float *d = f->out + e * M * K + m0 * K;
@@ -224,24 +296,26 @@ static void dw_job(const fused_t *f, int64_t e, int64_t row, int64_t r, int64_t 
     float beta = c0 == 0 ? f->beta : 1.0f;
     if (f->kind == FUSED_DW) {
       /* dy slice of the rows (in place) against the gathered x rows */
-      gather_tile(f->tok, K, 0, K, f->idx, NULL, f->k, r0, nr, s);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)mw, (int)K, (int)nr, 1.0f,
-                  f->rows + r0 * M + m0, (int)M, s, (int)K, beta, d, (int)K);
+      gather_tile(f, K, 0, K, NULL, r0, nr, s);
+      rows_t dy = rows_at(f, sl, r0, nr, M, m0, mw);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)mw, (int)K, (int)nr, 1.0f, dy.p,
+                  (int)dy.ld, s, (int)K, beta, d, (int)K);
     } else {
       /* gathered, weight-scaled dout slice against the h rows (in place) */
-      gather_tile(f->tok, M, m0, mw, f->idx, f->wts, f->k, r0, nr, s);
+      gather_tile(f, M, m0, mw, f->wts, r0, nr, s);
+      rows_t h = rows_at(f, sl, r0, nr, K, 0, K);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)mw, (int)K, (int)nr, 1.0f, s,
-                  (int)mw, f->rows + r0 * K, (int)K, beta, d, (int)K);
+                  (int)mw, h.p, (int)h.ld, beta, d, (int)K);
     }
   }
 }
 
-static void job(const fused_t *f, const cursor_t *c, int64_t j, float *s) {
+static void job(const fused_t *f, const cursor_t *c, int64_t j, slot_t *sl) {
   int64_t r = f->tpe[c->e];
   if (is_dw(f))
-    dw_job(f, c->e, c->row, r, j - c->job, s);
+    dw_job(f, c->e, c->row, r, j - c->job, sl);
   else
-    row_job(f, c->e, c->row, r, j - c->job, s);
+    row_job(f, c->e, c->row, r, j - c->job, sl);
 }
 
 /* All jobs, on nt threads; the cursor only moves forward because the
@@ -253,20 +327,21 @@ static void run_jobs(const fused_t *f, int nt) {
     total += jobs_of(f, f->tpe[e]);
   if (nt <= 1) {
     cursor_t c = {0, 0, 0};
+    slot_t sl = slot_of(f, 0);
     for (int64_t j = 0; j < total; j++) {
       seek(f, &c, j);
-      job(f, &c, j, f->scratch);
+      job(f, &c, j, &sl);
     }
     return;
   }
 #pragma omp parallel num_threads(nt)
   {
     cursor_t c = {0, 0, 0};
-    float *s = f->scratch + (int64_t)omp_get_thread_num() * f->tile * f->width;
+    slot_t sl = slot_of(f, omp_get_thread_num());
 #pragma omp for schedule(monotonic : dynamic, 1)
     for (int64_t j = 0; j < total; j++) {
       seek(f, &c, j);
-      job(f, &c, j, s);
+      job(f, &c, j, &sl);
     }
   }
 }
@@ -276,16 +351,19 @@ static void run_jobs(const fused_t *f, int nt) {
 /* The GEMM of tile j (expert c->e) into s: h rows times w[e]^T (combine,
  * s [nr,M]) or dy rows times w[e] (dx, s [nr,K]). The rows are contiguous
  * in h / dy, so nothing is gathered. */
-static void sum_gemm(const fused_t *f, const cursor_t *c, int64_t j, float *s) {
+static void sum_gemm(const fused_t *f, const cursor_t *c, int64_t j, slot_t *sl) {
   int64_t K = f->K, M = f->M, p = j - c->job, r0 = c->row + p * f->tile;
   int64_t nr = min64(f->tile, f->tpe[c->e] - p * f->tile);
-  const float *we = f->w + c->e * M * K;
-  if (f->kind == FUSED_COMBINE)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)M, (int)K, 1.0f,
-                f->rows + r0 * K, (int)K, we, (int)K, 0.0f, s, (int)M);
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)K, (int)M, 1.0f,
-                f->rows + r0 * M, (int)M, we, (int)K, 0.0f, s, (int)K);
+  const float *we = weights(f, sl, c->e);
+  if (f->kind == FUSED_COMBINE) {
+    rows_t h = rows_at(f, sl, r0, nr, K, 0, K);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)M, (int)K, 1.0f, h.p,
+                (int)h.ld, we, (int)K, 0.0f, sl->s, (int)M);
+  } else {
+    rows_t dy = rows_at(f, sl, r0, nr, M, 0, M);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)K, (int)M, 1.0f, dy.p,
+                (int)dy.ld, we, (int)K, 0.0f, sl->s, (int)K);
+  }
 }
 
 /* Adds the rows of tile j (its GEMM in s) whose token is in [t0, t1), in
@@ -331,10 +409,11 @@ static void run_tokens(const fused_t *f, int nt) {
     int64_t t0 = f->T * id / nth, t1 = f->T * (id + 1) / nth;
     memset(f->out + t0 * f->width, 0, sizeof(float) * (size_t)((t1 - t0) * f->width));
     cursor_t mine = {0, 0, 0}, walk = {0, 0, 0};
+    slot_t sl = slot_of(f, id);
     for (int64_t j0 = 0; j0 < total; j0 += nth) {
       if (j0 + id < total) {
         seek(f, &mine, j0 + id);
-        sum_gemm(f, &mine, j0 + id, f->scratch + id * tile);
+        sum_gemm(f, &mine, j0 + id, &sl);
       }
 #pragma omp barrier
       for (int64_t q = 0; q < nth && j0 + q < total; q++) {
@@ -434,5 +513,118 @@ void xm_k_grouped_matmul_combine_dw(const float *dout, const float *h, const int
   fused_t f = {.kind = FUSED_COMBINE_DW, .tok = dout, .rows = h, .wts = weights,
                .idx = indices, .tpe = tpe, .out = dw, .scratch = scratch, .E = E, .K = K,
                .M = M, .k = k, .tile = tile_rows, .width = M, .beta = beta};
+  run_jobs(&f, team_size(total_rows(tpe, E) * K * M, slots));
+}
+
+/* ---- bf16 operands ----------------------------------------------------------
+ * The same kernels with every token, row and weight operand in bf16 (the
+ * routing weights stay f32): the staged tiles, the row tiles the GEMMs read
+ * and each expert's weight are widened to f32 on the way in (exact, so the
+ * products are the bf16 products), accumulation and every result are f32.
+ * ws holds each thread's widening buffers, xm_bf16_fused_ws_floats(). */
+
+static void bf16_setup(fused_t *f, float *ws) {
+  int64_t wide = f->K > f->M ? f->K : f->M;
+  f->ws = ws;
+  f->ws_slot = (f->w16 ? f->M * f->K : 0) + f->tile * wide;
+}
+
+void xm_k_gather_grouped_matmul_bf16(const xm_bf16_t *x, const int32_t *indices,
+                                     const int32_t *tpe, const xm_bf16_t *w, float *y, int64_t E,
+                                     int64_t K, int64_t M, int64_t k, float *scratch,
+                                     int64_t tile_rows, int64_t slots, float *ws) {
+  int64_t n = total_rows(tpe, E);
+  if (n == 0 || M <= 0) return;
+  if (K <= 0) {
+    memset(y, 0, sizeof(float) * (size_t)(n * M));
+    return;
+  }
+  fused_t f = {.kind = FUSED_FWD, .tok16 = x, .w16 = w, .idx = indices, .tpe = tpe, .out = y,
+               .scratch = scratch, .E = E, .K = K, .M = M, .k = k, .tile = tile_rows,
+               .width = K};
+  bf16_setup(&f, ws);
+  run_jobs(&f, team_size(n * K * M, slots));
+}
+
+void xm_k_grouped_matmul_combine_bf16(const xm_bf16_t *h, const xm_bf16_t *w, const int32_t *tpe,
+                                      const int32_t *indices, const float *weights, float *out,
+                                      int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
+                                      float *scratch, int64_t tile_rows, int64_t slots,
+                                      float *ws) {
+  if (T <= 0 || M <= 0) return;
+  int64_t n = total_rows(tpe, E);
+  if (n == 0 || K <= 0) {
+    memset(out, 0, sizeof(float) * (size_t)(T * M));
+    return;
+  }
+  fused_t f = {.kind = FUSED_COMBINE, .rows16 = h, .w16 = w, .wts = weights, .idx = indices,
+               .tpe = tpe, .out = out, .scratch = scratch, .E = E, .K = K, .M = M, .T = T,
+               .k = k, .tile = tile_rows, .width = M};
+  bf16_setup(&f, ws);
+  run_tokens(&f, team_size(n * K * M, slots));
+}
+
+void xm_k_gather_grouped_matmul_dx_bf16(const xm_bf16_t *dy, const xm_bf16_t *w,
+                                        const int32_t *tpe, const int32_t *indices, float *dx,
+                                        int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
+                                        float *scratch, int64_t tile_rows, int64_t slots,
+                                        float *ws) {
+  if (T <= 0 || K <= 0) return;
+  int64_t n = total_rows(tpe, E);
+  if (n == 0 || M <= 0) {
+    memset(dx, 0, sizeof(float) * (size_t)(T * K));
+    return;
+  }
+  fused_t f = {.kind = FUSED_DX, .rows16 = dy, .w16 = w, .idx = indices, .tpe = tpe, .out = dx,
+               .scratch = scratch, .E = E, .K = K, .M = M, .T = T, .k = k, .tile = tile_rows,
+               .width = K};
+  bf16_setup(&f, ws);
+  run_tokens(&f, team_size(n * K * M, slots));
+}
+
+void xm_k_gather_grouped_matmul_dw_bf16(const xm_bf16_t *dy, const xm_bf16_t *x,
+                                        const int32_t *indices, const int32_t *tpe, float *dw,
+                                        int64_t E, int64_t K, int64_t M, int64_t k, float beta,
+                                        float *scratch, int64_t tile_rows, int64_t slots,
+                                        float *ws) {
+  if (E <= 0 || K <= 0 || M <= 0) return;
+  fused_t f = {.kind = FUSED_DW, .tok16 = x, .rows16 = dy, .idx = indices, .tpe = tpe,
+               .out = dw, .scratch = scratch, .E = E, .K = K, .M = M, .k = k, .tile = tile_rows,
+               .width = K, .beta = beta};
+  bf16_setup(&f, ws);
+  run_jobs(&f, team_size(total_rows(tpe, E) * K * M, slots));
+}
+
+void xm_k_grouped_matmul_combine_grad_bf16(const xm_bf16_t *dout, const xm_bf16_t *h,
+                                           const xm_bf16_t *w, const int32_t *tpe,
+                                           const int32_t *indices, const float *weights,
+                                           float *dh, float *dweights, int64_t E, int64_t K,
+                                           int64_t M, int64_t T, int64_t k, float *scratch,
+                                           int64_t tile_rows, int64_t slots, float *ws) {
+  if (T > 0 && k > 0) memset(dweights, 0, sizeof(float) * (size_t)(T * k));
+  int64_t n = total_rows(tpe, E);
+  if (n == 0 || K <= 0) return;
+  if (M <= 0) {
+    memset(dh, 0, sizeof(float) * (size_t)(n * K));
+    return;
+  }
+  fused_t f = {.kind = FUSED_COMBINE_GRAD, .tok16 = dout, .rows16 = h, .w16 = w,
+               .wts = weights, .idx = indices, .tpe = tpe, .out = dh, .dweights = dweights,
+               .scratch = scratch, .E = E, .K = K, .M = M, .T = T, .k = k, .tile = tile_rows,
+               .width = M};
+  bf16_setup(&f, ws);
+  run_jobs(&f, team_size(n * K * M, slots));
+}
+
+void xm_k_grouped_matmul_combine_dw_bf16(const xm_bf16_t *dout, const xm_bf16_t *h,
+                                         const int32_t *indices, const float *weights,
+                                         const int32_t *tpe, float *dw, int64_t E, int64_t K,
+                                         int64_t M, int64_t k, float beta, float *scratch,
+                                         int64_t tile_rows, int64_t slots, float *ws) {
+  if (E <= 0 || K <= 0 || M <= 0) return;
+  fused_t f = {.kind = FUSED_COMBINE_DW, .tok16 = dout, .rows16 = h, .wts = weights,
+               .idx = indices, .tpe = tpe, .out = dw, .scratch = scratch, .E = E, .K = K,
+               .M = M, .k = k, .tile = tile_rows, .width = M, .beta = beta};
+  bf16_setup(&f, ws);
   run_jobs(&f, team_size(total_rows(tpe, E) * K * M, slots));
 }

@@ -1887,6 +1887,170 @@ static void t_grouped_matmul_dw_bf16(cx_t *c) {
     }
 }
 
+/* ---- fused MoE kernels on bf16 operands ------------------------------------
+ * The fused cases (tilings, tails, empty and one-row experts, drops) with
+ * bf16 token, row and weight operands, held to the f32 reference run on
+ * the same values widened (exact), with the f32 kernels' tolerances: the
+ * results are f32 and the accumulation is f32. */
+
+static float *widened(cx_t *c, const xm_bf16_t *b, int64_t n) {
+  float *f = hf(c, n);
+  for (int64_t i = 0; i < n; i++)
+    f[i] = xm_bf16_to_f32(b[i]);
+  return f;
+}
+
+static float *fused_ws(cx_t *c, tiling_t t, int64_t K, int64_t M, int widen_w, int64_t *floats) {
+  *floats = xm_bf16_fused_ws_floats(t.tile_rows, t.slots, K, M, widen_w);
+  return ws_new(c, *floats);
+}
+
+static void t_gather_grouped_matmul_bf16(cx_t *c) {
+  for (int ci = 0; ci < N_FUSED; ci++) {
+    fcase_t f = fused_case(c, ci, " bf16");
+    route_t r = f.r;
+    tiling_t t = f.t;
+    int64_t K = f.K, M = f.M, sf, wf;
+    xm_bf16_t *x = hrand_b(c, r.T * K, -1, 1), *w = hrand_b(c, r.E * M * K, -1, 1);
+    float *y = hf(c, r.N * M), *d = ddirty(c, r.N * M);
+    float *s = scratch_new(c, t, K, &sf), *ws = fused_ws(c, t, K, M, 1, &wf);
+    KT->gather_grouped_matmul_bf16(db(c, x, r.T * K), di(c, r.indices, r.N), di(c, r.tpe, r.E),
+                                   db(c, w, r.E * M * K), d, r.E, K, M, r.k, s, t.tile_rows,
+                                   t.slots, ws);
+    xm_ref_gather_grouped_matmul(widened(c, x, r.T * K), r.indices, r.tpe,
+                                 widened(c, w, r.E * M * K), y, r.E, K, M, r.k);
+    chk_f(c, "y", d, y, r.n * M, TOL_SUM);
+    chk_untouched(c, "y past row n", d, r.n * M, r.N * M);
+    scratch_guard(c, s, sf);
+    ws_guard(c, ws, wf, "guard after ws");
+  }
+}
+
+static void t_grouped_matmul_combine_bf16(cx_t *c) {
+  for (int ci = 0; ci < N_FUSED; ci++) {
+    fcase_t f = fused_case(c, ci, " bf16");
+    route_t r = f.r;
+    tiling_t t = f.t;
+    int64_t K = f.K, M = f.M, sf, wf;
+    xm_bf16_t *dh;
+    xm_bf16_t *h = routed_input_b(c, &r, K, &dh), *w = hrand_b(c, r.E * M * K, -1, 1);
+    float *out = hf(c, r.T * M), *d = ddirty(c, r.T * M);
+    float *s = scratch_new(c, t, M, &sf), *ws = fused_ws(c, t, K, M, 1, &wf);
+    KT->grouped_matmul_combine_bf16(dh, db(c, w, r.E * M * K), di(c, r.tpe, r.E),
+                                    di(c, r.indices, r.N), df(c, r.weights, r.N), d, r.E, K, M,
+                                    r.T, r.k, s, t.tile_rows, t.slots, ws);
+    xm_ref_grouped_matmul_combine(widened(c, h, r.N * K), widened(c, w, r.E * M * K), r.tpe,
+                                  r.indices, r.weights, out, r.E, K, M, r.T, r.k);
+    float *got = chk_f(c, "out", d, out, r.T * M, TOL_SUM);
+    zero_rows(c, "out of a token without rows", &r, got, M);
+    scratch_guard(c, s, sf);
+    ws_guard(c, ws, wf, "guard after ws");
+  }
+}
+
+static void t_gather_grouped_matmul_dx_bf16(cx_t *c) {
+  for (int ci = 0; ci < N_FUSED; ci++) {
+    fcase_t f = fused_case(c, ci, " bf16");
+    route_t r = f.r;
+    tiling_t t = f.t;
+    int64_t K = f.K, M = f.M, sf, wf;
+    xm_bf16_t *ddy;
+    xm_bf16_t *dy = routed_input_b(c, &r, M, &ddy), *w = hrand_b(c, r.E * M * K, -1, 1);
+    float *dx = hf(c, r.T * K), *d = ddirty(c, r.T * K);
+    float *s = scratch_new(c, t, K, &sf), *ws = fused_ws(c, t, K, M, 1, &wf);
+    KT->gather_grouped_matmul_dx_bf16(ddy, db(c, w, r.E * M * K), di(c, r.tpe, r.E),
+                                      di(c, r.indices, r.N), d, r.E, K, M, r.T, r.k, s,
+                                      t.tile_rows, t.slots, ws);
+    xm_ref_gather_grouped_matmul_dx(widened(c, dy, r.N * M), widened(c, w, r.E * M * K), r.tpe,
+                                    r.indices, dx, r.E, K, M, r.T, r.k);
+    float *got = chk_f(c, "dx", d, dx, r.T * K, TOL_SUM);
+    zero_rows(c, "dx of a token without rows", &r, got, K);
+    scratch_guard(c, s, sf);
+    ws_guard(c, ws, wf, "guard after ws");
+  }
+}
+
+static void t_gather_grouped_matmul_dw_bf16(cx_t *c) {
+  for (int beta = 0; beta <= 1; beta++) {
+    for (int ci = 0; ci < N_FUSED; ci++) {
+      fcase_t f = fused_case(c, ci, beta ? " bf16 beta=1 onto non-zero dw" : " bf16 beta=0");
+      route_t r = f.r;
+      tiling_t t = f.t;
+      int64_t K = f.K, M = f.M, MK = M * K, sf, wf;
+      xm_bf16_t *ddy;
+      xm_bf16_t *dy = routed_input_b(c, &r, M, &ddy), *x = hrand_b(c, r.T * K, -1, 1);
+      float *dw = beta ? hrand(c, r.E * MK, -1, 1) : hf(c, r.E * MK);
+      float *before = hcopy(c, dw, r.E * MK);
+      float *d = beta ? df(c, dw, r.E * MK) : ddirty(c, r.E * MK);
+      float *s = scratch_new(c, t, K, &sf), *ws = fused_ws(c, t, K, M, 0, &wf);
+      KT->gather_grouped_matmul_dw_bf16(ddy, db(c, x, r.T * K), di(c, r.indices, r.N),
+                                        di(c, r.tpe, r.E), d, r.E, K, M, r.k, (float)beta, s,
+                                        t.tile_rows, t.slots, ws);
+      xm_ref_gather_grouped_matmul_dw(widened(c, dy, r.N * M), widened(c, x, r.T * K), r.indices,
+                                      r.tpe, dw, r.E, K, M, r.k, (float)beta);
+      float *got = chk_f(c, "dw", d, dw, r.E * MK, tol_sum(max_rows(&r)));
+      empty_experts(c, &r, got, before, MK, beta);
+      scratch_guard(c, s, sf);
+      ws_guard(c, ws, wf, "guard after ws");
+    }
+  }
+}
+
+static void t_grouped_matmul_combine_grad_bf16(cx_t *c) {
+  for (int ci = 0; ci < N_FUSED; ci++) {
+    fcase_t f = fused_case(c, ci, " bf16");
+    route_t r = f.r;
+    tiling_t t = f.t;
+    int64_t K = f.K, M = f.M, sf, wf;
+    xm_bf16_t *dh_in;
+    xm_bf16_t *h = routed_input_b(c, &r, K, &dh_in);
+    xm_bf16_t *dout = hrand_b(c, r.T * M, -1, 1), *w = hrand_b(c, r.E * M * K, -1, 1);
+    float *dh = hf(c, r.N * K), *dwt = hf(c, r.N);
+    float *ddh = ddirty(c, r.N * K), *ddw = ddirty(c, r.N);
+    float *s = scratch_new(c, t, M, &sf), *ws = fused_ws(c, t, K, M, 1, &wf);
+    KT->grouped_matmul_combine_grad_bf16(db(c, dout, r.T * M), dh_in, db(c, w, r.E * M * K),
+                                         di(c, r.tpe, r.E), di(c, r.indices, r.N),
+                                         df(c, r.weights, r.N), ddh, ddw, r.E, K, M, r.T, r.k, s,
+                                         t.tile_rows, t.slots, ws);
+    xm_ref_grouped_matmul_combine_grad(widened(c, dout, r.T * M), widened(c, h, r.N * K),
+                                       widened(c, w, r.E * M * K), r.tpe, r.indices, r.weights,
+                                       dh, dwt, r.E, K, M, r.T, r.k);
+    chk_f(c, "dh", ddh, dh, r.n * K, TOL_SUM);
+    chk_untouched(c, "dh past row n", ddh, r.n * K, r.N * K);
+    float *got = chk_f(c, "dweights", ddw, dwt, r.N, TOL_SUM);
+    dropped_slots(c, &r, got);
+    scratch_guard(c, s, sf);
+    ws_guard(c, ws, wf, "guard after ws");
+  }
+}
+
+static void t_grouped_matmul_combine_dw_bf16(cx_t *c) {
+  for (int beta = 0; beta <= 1; beta++) {
+    for (int ci = 0; ci < N_FUSED; ci++) {
+      fcase_t f = fused_case(c, ci, beta ? " bf16 beta=1 onto non-zero dw" : " bf16 beta=0");
+      route_t r = f.r;
+      tiling_t t = f.t;
+      int64_t K = f.K, M = f.M, MK = M * K, sf, wf;
+      xm_bf16_t *dh;
+      xm_bf16_t *h = routed_input_b(c, &r, K, &dh), *dout = hrand_b(c, r.T * M, -1, 1);
+      float *dw = beta ? hrand(c, r.E * MK, -1, 1) : hf(c, r.E * MK);
+      float *before = hcopy(c, dw, r.E * MK);
+      float *d = beta ? df(c, dw, r.E * MK) : ddirty(c, r.E * MK);
+      float *s = scratch_new(c, t, M, &sf), *ws = fused_ws(c, t, K, M, 0, &wf);
+      KT->grouped_matmul_combine_dw_bf16(db(c, dout, r.T * M), dh, di(c, r.indices, r.N),
+                                         df(c, r.weights, r.N), di(c, r.tpe, r.E), d, r.E, K, M,
+                                         r.k, (float)beta, s, t.tile_rows, t.slots, ws);
+      xm_ref_grouped_matmul_combine_dw(widened(c, dout, r.T * M), widened(c, h, r.N * K),
+                                       r.indices, r.weights, r.tpe, dw, r.E, K, M, r.k,
+                                       (float)beta);
+      float *got = chk_f(c, "dw", d, dw, r.E * MK, tol_sum(max_rows(&r)));
+      empty_experts(c, &r, got, before, MK, beta);
+      scratch_guard(c, s, sf);
+      ws_guard(c, ws, wf, "guard after ws");
+    }
+  }
+}
+
 /* ---- training state and the optimizer --------------------------------------- */
 
 static void t_accumulate(cx_t *c) {
@@ -2065,6 +2229,12 @@ static const entry_t k_kernel_entries[] = {
     {"grouped_matmul_bf16", t_grouped_matmul_bf16},
     {"grouped_matmul_dx_bf16", t_grouped_matmul_dx_bf16},
     {"grouped_matmul_dw_bf16", t_grouped_matmul_dw_bf16},
+    {"gather_grouped_matmul_bf16", t_gather_grouped_matmul_bf16},
+    {"grouped_matmul_combine_bf16", t_grouped_matmul_combine_bf16},
+    {"gather_grouped_matmul_dx_bf16", t_gather_grouped_matmul_dx_bf16},
+    {"gather_grouped_matmul_dw_bf16", t_gather_grouped_matmul_dw_bf16},
+    {"grouped_matmul_combine_grad_bf16", t_grouped_matmul_combine_grad_bf16},
+    {"grouped_matmul_combine_dw_bf16", t_grouped_matmul_combine_dw_bf16},
     {"accumulate", t_accumulate},
     {"accumulate_i32", t_accumulate_i32},
     {"sum_sq_acc", t_sum_sq_acc},

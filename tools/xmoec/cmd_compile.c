@@ -579,8 +579,7 @@ static xm_status_t resolve_layout(compile_t *c, xm_diag_t *diag) {
  * pass's options are all spelled out, so the manifest records the whole
  * layout. `fuse` false
  * leaves the permutation unfused (--no-fuse, and the comparison build of
- * the memory report); a bf16 program is never fused (the fused MoE kernels
- * are f32 only) and gets mixed-precision after autodiff. */
+ * the memory report); a bf16 program gets mixed-precision after autodiff. */
 static bool bf16(const compile_t *c) { return c->spec.training.dtype == XM_DTYPE_BF16; }
 
 static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
@@ -593,7 +592,7 @@ static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
                      (long long)l->dp, (long long)l->tp, (long long)l->ep, l->ssmb ? 1 : 0,
                      l->rbd ? 1 : 0, l->zero, (long long)l->ranks_per_node,
                      (long long)(c->a.dispatch_bound > 0 ? c->a.dispatch_bound : 4));
-  if (fuse && !bf16(c)) xm_strbuf_puts(out, "fuse-permute-gemm,");
+  if (fuse) xm_strbuf_puts(out, "fuse-permute-gemm,");
   xm_strbuf_printf(out, "autodiff{grad-accum=%lld aux-free-gamma=",
                    (long long)(t->global_batch / (t->micro_batch * l->dp)));
   xm_strbuf_put_double(out, c->spec.moe.aux_free_gamma);
@@ -674,15 +673,12 @@ static int write_outputs(compile_t *c) {
 
 /* What fuse-permute-gemm folded and the activation arena it saved. */
 static void print_fusion(const compile_t *c) {
-  if (c->a.no_fuse) {
-    printf("fuse-permute-gemm: off (--no-fuse)\n");
-    return;
-  }
-  if (bf16(c)) {
+  if (bf16(c))
     printf("precision: bf16 GEMM operands and results, f32 accumulation (%lld casts); f32 "
            "master weights, gradients, reductions and AdamW states\n",
            (long long)xm_ir_module_get_int(c->m, "mixed_casts", 0));
-    printf("fuse-permute-gemm: off for bf16 (the fused MoE kernels are f32 only so far)\n");
+  if (c->a.no_fuse) {
+    printf("fuse-permute-gemm: off (--no-fuse)\n");
     return;
   }
   if (c->fused_gathers + c->fused_combines == 0) {
