@@ -1209,11 +1209,11 @@ static void emit_row(gen_t *g, const char *name, const char *category, const xm_
   for (int i = 0; i < v->type.rank; i++)
     xm_strbuf_printf(&row, "%s%" PRId64, i ? ", " : "", v->type.dims[i]);
   if (v->type.rank == 0) xm_strbuf_puts(&row, "0");
-  xm_strbuf_printf(&row, "}, %d, %" PRId64 ", %" PRId64 ", %s, %sf, %d, %d, %d, %d, %d%s},",
+  xm_strbuf_printf(&row, "}, %d, %" PRId64 ", %" PRId64 ", %s, %sf, %d, %d, %d, %d, %d, %d},",
                    p.arena == XM_MEM_ARENA_PERSISTENT ? 1 : 0, p.offset,
                    numel(v) * (int64_t)xm_dtype_size(v->type.dtype), init, num(g, v->def, std),
                    trainable, param, sh.split_group, sh.split_dim, sh.chunk_group,
-                   accumulator ? ", .accumulator = 1" : "");
+                   accumulator ? 1 : 0);
   EMIT("%s", xm_strbuf_cstr(&row));
   xm_strbuf_free(&row);
 }
@@ -1243,7 +1243,7 @@ static void emit_decl_row(gen_t *g, const xm_ir_op_t *op, table_idx_t *t) {
 static void emit_table(gen_t *g, table_idx_t *t) {
   const xm_ir_op_t *ret = NULL;
   EMIT("/* name, category, dtype, rank, dims, persistent, offset, bytes, init, std, trainable, "
-       "param, split_group, split_dim, chunk_group (group kind + 1, 0 = none) */");
+       "param, split_group, split_dim, chunk_group (group kind + 1, 0 = none), accumulator */");
   EMIT("static const xm_rt_tensor_t k_tensors[] = {");
   xm_emit_indent(&g->e);
   for (int i = 0; i < xm_ir_module_num_ops(g->m); i++) {

@@ -319,7 +319,7 @@ static void test_program_table(void **state) {
   snprintf(want, sizeof want, ".num_tensors = %d,", params + states + 4);
   assert_non_null(strstr(text, want));
   assert_non_null(strstr(text, "{\"model.norm.weight\", XM_RT_CAT_WEIGHTS, XM_RT_F32, 1, {128}, 1, "));
-  assert_non_null(strstr(text, "XM_RT_INIT_ONES, 0.0f, 1, -1, 0, 0, 0},"));
+  assert_non_null(strstr(text, "XM_RT_INIT_ONES, 0.0f, 1, -1, 0, 0, 0, 0},"));
   assert_non_null(strstr(text, "{\"model.layers.3.mlp.experts.{e}.down_proj.weight\", "
                                "XM_RT_CAT_WEIGHTS, XM_RT_F32, 3, {16, 128, 128}, 1, "));
   /* The embedding is table row 2 (after tokens and labels): its grad and
@@ -327,8 +327,8 @@ static void test_program_table(void **state) {
   assert_non_null(strstr(text, "{\"model.embed_tokens.weight.grad\", XM_RT_CAT_GRADS, "));
   const char *row = strstr(text, "{\"model.embed_tokens.weight.exp_avg_sq\", ");
   assert_non_null(row);
-  assert_non_null(strstr(row, "XM_RT_INIT_ZEROS, 0.0f, 0, 2, 0, 0, 0},"));
-  assert_true(strstr(row, "XM_RT_INIT_ZEROS, 0.0f, 0, 2, 0, 0, 0},") < strchr(row, '\n'));
+  assert_non_null(strstr(row, "XM_RT_INIT_ZEROS, 0.0f, 0, 2, 0, 0, 0, 0},"));
+  assert_true(strstr(row, "XM_RT_INIT_ZEROS, 0.0f, 0, 2, 0, 0, 0, 0},") < strchr(row, '\n'));
   /* A single-rank module: the default layout. */
   assert_non_null(strstr(text, ".dp = 1, .tp = 1, .ep = 1, .ssmb = 0, .rbd = 0, .zero = 0, "
                                ".ranks_per_node = 0,"));
@@ -713,17 +713,17 @@ static void test_program_spmd(void **state) {
   struct {
     const char *name, *tail;
   } rows[] = {
-      {"{\"experts.w\", ", ", 1, -1, 4, 0, 0},"},
-      {"{\"experts.w.grad\", ", ", 0, 2, 4, 0, 0, .accumulator = 1},"},
-      {"{\"experts.w.exp_avg\", ", ", 0, 2, 0, 0, 5},"},
-      {"{\"experts.w.exp_avg_sq\", ", ", 0, 2, 0, 0, 5},"},
-      {"{\"norm.w\", ", ", 1, -1, 0, 0, 0},"},
-      {"{\"norm.w.exp_avg\", ", ", 0, 3, 0, 0, 2},"},
-      {"{\"norm.w.load\", ", ", 0, 3, 0, 0, 0, .accumulator = 1},"},
-      {"{\"dense.w\", ", ", 1, -1, 3, 1, 0},"},
-      {"{\"dense.w.grad\", ", ", 0, 4, 3, 1, 0, .accumulator = 1},"},
-      {"{\"dense.w.exp_avg_sq\", ", ", 0, 4, 3, 1, 0},"},
-      {"{\"tokens\", ", ", 0, -1, 0, 0, 0},"},
+      {"{\"experts.w\", ", ", 1, -1, 4, 0, 0, 0},"},
+      {"{\"experts.w.grad\", ", ", 0, 2, 4, 0, 0, 1},"},
+      {"{\"experts.w.exp_avg\", ", ", 0, 2, 0, 0, 5, 0},"},
+      {"{\"experts.w.exp_avg_sq\", ", ", 0, 2, 0, 0, 5, 0},"},
+      {"{\"norm.w\", ", ", 1, -1, 0, 0, 0, 0},"},
+      {"{\"norm.w.exp_avg\", ", ", 0, 3, 0, 0, 2, 0},"},
+      {"{\"norm.w.load\", ", ", 0, 3, 0, 0, 0, 1},"},
+      {"{\"dense.w\", ", ", 1, -1, 3, 1, 0, 0},"},
+      {"{\"dense.w.grad\", ", ", 0, 4, 3, 1, 0, 1},"},
+      {"{\"dense.w.exp_avg_sq\", ", ", 0, 4, 3, 1, 0, 0},"},
+      {"{\"tokens\", ", ", 0, -1, 0, 0, 0, 0},"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     const char *row = strstr(text, rows[i].name);
