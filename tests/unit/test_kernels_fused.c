@@ -50,21 +50,13 @@
 #include <string.h>
 
 #include "runtime/cpu/kernels.h"
+#include "tests/unit/kernel_rng.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
 #define GARBAGE 777.0f
 #define RTOL 1e-5
 
-static uint64_t rng_state = 88172645463325252ull;
-
-/* Uniform in [lo, hi): a fixed xorshift so that runs are reproducible. */
-static float frand(float lo, float hi) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return lo + (hi - lo) * (float)((rng_state >> 11) * (1.0 / 9007199254740992.0));
-}
 
 static int64_t irand(int64_t n) {
   int64_t i = (int64_t)frand(0.0f, (float)n);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "runtime/cpu/kernels.h"
+#include "tests/unit/kernel_rng.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -32,15 +33,6 @@
 #define FD_ATOL 2e-3
 #define FD_RTOL 1e-2
 
-static uint64_t rng_state = 88172645463325252ull;
-
-/* Uniform in [lo, hi): a fixed xorshift so that runs are reproducible. */
-static float frand(float lo, float hi) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return lo + (hi - lo) * (float)((rng_state >> 11) * (1.0 / 9007199254740992.0));
-}
 
 static void fill_rand(float *x, int64_t n, float lo, float hi) {
   for (int64_t i = 0; i < n; i++)
