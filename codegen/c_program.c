@@ -303,8 +303,6 @@ static int parse_signature(const char *args, ksig_arg_t *out, int cap) {
   return n;
 }
 
-static const char *dtype_text(xm_dtype_t dt) { return xm_dtype_name(dt); }
-
 /* Emits `<prefix>xm_k_<name>(args);` after checking it against the table. */
 static void emit_call(gen_t *g, const xm_ir_op_t *op, const char *prefix, const char *name,
                       const karg_t *a, int n) {
@@ -328,9 +326,9 @@ static void emit_call(gen_t *g, const xm_ir_op_t *op, const char *prefix, const 
   xm_strbuf_printf(&c, "%sxm_k_%s(", prefix, name);
   for (int i = 0; i < n; i++) {
     bool buffer = want[i].kind == KA_IN || want[i].kind == KA_OUT;
-    if (a[i].v && (!buffer || strcmp(dtype_text(a[i].v->type.dtype), want[i].dtype) != 0)) {
+    if (a[i].v && (!buffer || strcmp(xm_dtype_name(a[i].v->type.dtype), want[i].dtype) != 0)) {
       snprintf(detail, sizeof detail, "argument %d of xm_k_%s is a %s value, not %s", i, name,
-               dtype_text(a[i].v->type.dtype), buffer ? want[i].dtype : "a scalar");
+               xm_dtype_name(a[i].v->type.dtype), buffer ? want[i].dtype : "a scalar");
       gen_error(g, op, XM_ERR_INTERNAL, "%s: %s", detail);
     }
     xm_strbuf_printf(&c, "%s%s", i ? ", " : "", a[i].text);
