@@ -46,7 +46,7 @@ if [[ $held_out == 1 ]]; then
       "$work/$p/train" --data "$work/text.txt" --steps 300 --seed "$seed" --progress never \
         --quiet --ckpt-dir "$work/ckpt-$p-$seed" >/dev/null
       "$work/$p/train" --data "$work/text.txt" --eval --batches 1000 --json \
-        --resume "$work/ckpt-$p-$seed" >"$work/eval-$p-$seed.json"
+        --resume "$work/ckpt-$p-$seed" >"$work/eval-$p-$seed.json" 2>/dev/null
     done
   done
   /usr/bin/python3 - "$work" <<'PY'

@@ -14,8 +14,8 @@
 #     learned (the training loss fell by more than 1 nat), and the runs
 #     differ (something ran in bf16).
 # One run's loss after 300 steps is a chaotic function of every rounding,
-# as far apart as two seeds. Measured on an AMD EPYC (Zen 4), held-out loss
-# at step 300, seeds 1-4:
+# as far apart as two seeds. Measured on an AMD EPYC (Zen 4) with
+# `bash bench/precision.sh --held-out`, held-out loss at step 300, seeds 1-4:
 #   fp32 (fused MoE kernels)    2.2986 2.3845 2.3932 2.3831  mean 2.3649
 #   fp32 (--no-fuse)            2.3384 2.3407 2.3815 2.4247  mean 2.3713
 #   bf16 (--no-fuse)            2.2926 2.3088 2.4144 2.3775  mean 2.3483 (-0.7%)
