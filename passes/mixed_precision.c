@@ -181,10 +181,10 @@ static void convert_gemm(mixed_t *x, int *i) {
     if (user->code == XM_OP_CAST && user->operands[0] == r) continue;
     for (int j = 0; j < user->num_operands; j++) {
       if (user->operands[j] != r || gemm_operand(user, j)) continue;
-      if (!back) {
+      if (!back) { /* inserted at *i + 1: this user moves to u + 1 */
         back = cast_at(x, r, XM_DT_F32, *i + 1, op);
         n++;
-        if (u >= *i + 1) user = xm_ir_module_op(x->m, ++u);
+        u++;
       }
       xm_ir_op_set_operand(user, j, back);
     }
