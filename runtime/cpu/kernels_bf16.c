@@ -35,27 +35,23 @@ static int64_t tile_rows(int64_t rows) {
   return r < 1 ? 1 : r;
 }
 
-/* y[M,N] = x w^T for one expert or a dense layer, w already widened. */
-static void fwd_rows(const xm_bf16_t *x, const float *wf, xm_bf16_t *y, int64_t M, int64_t K,
-                     int64_t N, float *xt, float *yt) {
-  int64_t R = tile_rows(M);
-  for (int64_t m0 = 0; m0 < M; m0 += R) {
-    int64_t r = M - m0 < R ? M - m0 : R;
-    xm_k_cast_bf16_f32(x + m0 * K, xt, r * K);
-    xm_k_matmul(xt, wf, yt, r, K, N);
-    xm_k_cast_f32_bf16(yt, y + m0 * N, r * N);
-  }
-}
+/* The f32 kernels the forward and input-gradient GEMMs run on widened
+ * tiles: y[M,N] = x w^T (xm_k_matmul) and dx[M,K] = dy w (xm_k_matmul_dx),
+ * both (a, w, out, M, K, N). */
+typedef void (*gemm_f32_t)(const float *, const float *, float *, int64_t, int64_t, int64_t);
 
-/* dx[M,K] = dy[M,N] w[N,K], w already widened. */
-static void dx_rows(const xm_bf16_t *dy, const float *wf, xm_bf16_t *dx, int64_t M, int64_t K,
-                    int64_t N, float *dyt, float *dxt) {
+/* out = gemm(a, w) over M rows in tiles: a has `aw` floats per row, out
+ * `ow` (forward: K and N; input gradient: N and K); w already widened;
+ * at and ot the tile buffers. */
+static void tiled_rows(gemm_f32_t gemm, const xm_bf16_t *a, int64_t aw, const float *wf,
+                       xm_bf16_t *out, int64_t ow, int64_t M, int64_t K, int64_t N, float *at,
+                       float *ot) {
   int64_t R = tile_rows(M);
   for (int64_t m0 = 0; m0 < M; m0 += R) {
     int64_t r = M - m0 < R ? M - m0 : R;
-    xm_k_cast_bf16_f32(dy + m0 * N, dyt, r * N);
-    xm_k_matmul_dx(dyt, wf, dxt, r, K, N);
-    xm_k_cast_f32_bf16(dxt, dx + m0 * K, r * K);
+    xm_k_cast_bf16_f32(a + m0 * aw, at, r * aw);
+    gemm(at, wf, ot, r, K, N);
+    xm_k_cast_f32_bf16(ot, out + m0 * ow, r * ow);
   }
 }
 
@@ -82,14 +78,14 @@ void xm_k_matmul_bf16(const xm_bf16_t *x, const xm_bf16_t *w, xm_bf16_t *y, int6
                       int64_t N, float *ws) {
   float *wf = ws, *xt = wf + N * K, *yt = xt + tile_rows(M) * K;
   xm_k_cast_bf16_f32(w, wf, N * K);
-  fwd_rows(x, wf, y, M, K, N, xt, yt);
+  tiled_rows(xm_k_matmul, x, K, wf, y, N, M, K, N, xt, yt);
 }
 
 void xm_k_matmul_dx_bf16(const xm_bf16_t *dy, const xm_bf16_t *w, xm_bf16_t *dx, int64_t M,
                          int64_t K, int64_t N, float *ws) {
   float *wf = ws, *dyt = wf + N * K, *dxt = dyt + tile_rows(M) * N;
   xm_k_cast_bf16_f32(w, wf, N * K);
-  dx_rows(dy, wf, dx, M, K, N, dyt, dxt);
+  tiled_rows(xm_k_matmul_dx, dy, N, wf, dx, K, M, K, N, dyt, dxt);
 }
 
 void xm_k_matmul_dw_bf16(const xm_bf16_t *dy, const xm_bf16_t *x, float *dw, int64_t M,
@@ -107,32 +103,31 @@ static int64_t total_rows(const int32_t *tpe, int64_t E) {
   return n;
 }
 
-void xm_k_grouped_matmul_bf16(const xm_bf16_t *x, const xm_bf16_t *w, const int32_t *tpe,
-                              xm_bf16_t *y, int64_t E, int64_t K, int64_t M, float *ws) {
+/* Expert by expert: w[e] widened, then its rows (a: `aw` floats per row,
+ * out: `ow`) in tiles. */
+static void grouped_rows(gemm_f32_t gemm, const xm_bf16_t *a, int64_t aw, const xm_bf16_t *w,
+                         const int32_t *tpe, xm_bf16_t *out, int64_t ow, int64_t E, int64_t K,
+                         int64_t M, float *ws) {
   int64_t R = tile_rows(total_rows(tpe, E));
-  float *wf = ws, *xt = wf + M * K, *yt = xt + R * K;
+  float *wf = ws, *at = wf + M * K, *ot = at + R * aw;
   int64_t row = 0;
   for (int64_t e = 0; e < E; e++) {
     int64_t c = tpe[e];
     if (c == 0) continue;
     xm_k_cast_bf16_f32(w + e * M * K, wf, M * K);
-    fwd_rows(x + row * K, wf, y + row * M, c, K, M, xt, yt);
+    tiled_rows(gemm, a + row * aw, aw, wf, out + row * ow, ow, c, K, M, at, ot);
     row += c;
   }
 }
 
+void xm_k_grouped_matmul_bf16(const xm_bf16_t *x, const xm_bf16_t *w, const int32_t *tpe,
+                              xm_bf16_t *y, int64_t E, int64_t K, int64_t M, float *ws) {
+  grouped_rows(xm_k_matmul, x, K, w, tpe, y, M, E, K, M, ws);
+}
+
 void xm_k_grouped_matmul_dx_bf16(const xm_bf16_t *dy, const xm_bf16_t *w, const int32_t *tpe,
                                  xm_bf16_t *dx, int64_t E, int64_t K, int64_t M, float *ws) {
-  int64_t R = tile_rows(total_rows(tpe, E));
-  float *wf = ws, *dyt = wf + M * K, *dxt = dyt + R * M;
-  int64_t row = 0;
-  for (int64_t e = 0; e < E; e++) {
-    int64_t c = tpe[e];
-    if (c == 0) continue;
-    xm_k_cast_bf16_f32(w + e * M * K, wf, M * K);
-    dx_rows(dy + row * M, wf, dx + row * K, c, K, M, dyt, dxt);
-    row += c;
-  }
+  grouped_rows(xm_k_matmul_dx, dy, M, w, tpe, dx, K, E, K, M, ws);
 }
 
 void xm_k_grouped_matmul_dw_bf16(const xm_bf16_t *dy, const xm_bf16_t *x, const int32_t *tpe,
