@@ -427,64 +427,86 @@ static void run_tokens(const fused_t *f, int nt) {
 
 /* ---- the kernels ----------------------------------------------------------- */
 
-/* Sizes where a GEMM dimension is 0 (cblas rejects a leading dimension of
- * 0) have nothing to multiply; the outputs are their empty sums. */
+/* Runs the kernel `f` describes. Sizes where a GEMM dimension is 0 (cblas
+ * rejects a leading dimension of 0) have nothing to multiply; the outputs
+ * are their empty sums. */
+static void run_fused(fused_t *f, int64_t slots) {
+  int64_t E = f->E, K = f->K, M = f->M, T = f->T;
+  int64_t n = total_rows(f->tpe, E);
+  switch (f->kind) {
+  case FUSED_FWD:
+    if (n == 0 || M <= 0) return;
+    if (K <= 0) {
+      memset(f->out, 0, sizeof(float) * (size_t)(n * M));
+      return;
+    }
+    run_jobs(f, team_size(n * K * M, slots));
+    return;
+  case FUSED_COMBINE:
+  case FUSED_DX: {
+    int64_t wout = f->kind == FUSED_COMBINE ? M : K, win = f->kind == FUSED_COMBINE ? K : M;
+    if (T <= 0 || wout <= 0) return;
+    if (n == 0 || win <= 0) {
+      memset(f->out, 0, sizeof(float) * (size_t)(T * wout));
+      return;
+    }
+    run_tokens(f, team_size(n * K * M, slots));
+    return;
+  }
+  case FUSED_COMBINE_GRAD:
+    if (T > 0 && f->k > 0) memset(f->dweights, 0, sizeof(float) * (size_t)(T * f->k));
+    if (n == 0 || K <= 0) return;
+    if (M <= 0) { /* g = 0: dh = 0, and so are the dots */
+      memset(f->out, 0, sizeof(float) * (size_t)(n * K));
+      return;
+    }
+    run_jobs(f, team_size(n * K * M, slots));
+    return;
+  case FUSED_DW:
+  case FUSED_COMBINE_DW:
+    if (E <= 0 || K <= 0 || M <= 0) return;
+    run_jobs(f, team_size(n * K * M, slots));
+    return;
+  }
+}
+
 void xm_k_gather_grouped_matmul(const float *x, const int32_t *indices, const int32_t *tpe,
                                 const float *w, float *y, int64_t E, int64_t K, int64_t M,
                                 int64_t k, float *scratch, int64_t tile_rows, int64_t slots) {
-  int64_t n = total_rows(tpe, E);
-  if (n == 0 || M <= 0) return;
-  if (K <= 0) {
-    memset(y, 0, sizeof(float) * (size_t)(n * M));
-    return;
-  }
   fused_t f = {.kind = FUSED_FWD, .tok = x, .w = w, .idx = indices, .tpe = tpe, .out = y,
                .scratch = scratch, .E = E, .K = K, .M = M, .k = k, .tile = tile_rows,
                .width = K};
-  run_jobs(&f, team_size(n * K * M, slots));
+  run_fused(&f, slots);
 }
 
 void xm_k_grouped_matmul_combine(const float *h, const float *w, const int32_t *tpe,
                                  const int32_t *indices, const float *weights, float *out,
                                  int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
                                  float *scratch, int64_t tile_rows, int64_t slots) {
-  if (T <= 0 || M <= 0) return;
-  int64_t n = total_rows(tpe, E);
-  if (n == 0 || K <= 0) {
-    memset(out, 0, sizeof(float) * (size_t)(T * M));
-    return;
-  }
   fused_t f = {.kind = FUSED_COMBINE, .rows = h, .w = w, .wts = weights, .idx = indices,
                .tpe = tpe, .out = out, .scratch = scratch, .E = E, .K = K, .M = M, .T = T,
                .k = k, .tile = tile_rows, .width = M};
-  run_tokens(&f, team_size(n * K * M, slots));
+  run_fused(&f, slots);
 }
 
 void xm_k_gather_grouped_matmul_dx(const float *dy, const float *w, const int32_t *tpe,
                                    const int32_t *indices, float *dx, int64_t E, int64_t K,
                                    int64_t M, int64_t T, int64_t k, float *scratch,
                                    int64_t tile_rows, int64_t slots) {
-  if (T <= 0 || K <= 0) return;
-  int64_t n = total_rows(tpe, E);
-  if (n == 0 || M <= 0) {
-    memset(dx, 0, sizeof(float) * (size_t)(T * K));
-    return;
-  }
   fused_t f = {.kind = FUSED_DX, .rows = dy, .w = w, .idx = indices, .tpe = tpe, .out = dx,
                .scratch = scratch, .E = E, .K = K, .M = M, .T = T, .k = k, .tile = tile_rows,
                .width = K};
-  run_tokens(&f, team_size(n * K * M, slots));
+  run_fused(&f, slots);
 }
 
 void xm_k_gather_grouped_matmul_dw(const float *dy, const float *x, const int32_t *indices,
                                    const int32_t *tpe, float *dw, int64_t E, int64_t K,
                                    int64_t M, int64_t k, float beta, float *scratch,
                                    int64_t tile_rows, int64_t slots) {
-  if (E <= 0 || K <= 0 || M <= 0) return;
   fused_t f = {.kind = FUSED_DW, .tok = x, .rows = dy, .idx = indices, .tpe = tpe, .out = dw,
                .scratch = scratch, .E = E, .K = K, .M = M, .k = k, .tile = tile_rows,
                .width = K, .beta = beta};
-  run_jobs(&f, team_size(total_rows(tpe, E) * K * M, slots));
+  run_fused(&f, slots);
 }
 
 void xm_k_grouped_matmul_combine_grad(const float *dout, const float *h, const float *w,
@@ -492,28 +514,20 @@ void xm_k_grouped_matmul_combine_grad(const float *dout, const float *h, const f
                                       const float *weights, float *dh, float *dweights,
                                       int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
                                       float *scratch, int64_t tile_rows, int64_t slots) {
-  if (T > 0 && k > 0) memset(dweights, 0, sizeof(float) * (size_t)(T * k));
-  int64_t n = total_rows(tpe, E);
-  if (n == 0 || K <= 0) return;
-  if (M <= 0) { /* g = 0: dh = 0, and so are the dots */
-    memset(dh, 0, sizeof(float) * (size_t)(n * K));
-    return;
-  }
   fused_t f = {.kind = FUSED_COMBINE_GRAD, .tok = dout, .rows = h, .w = w, .wts = weights,
                .idx = indices, .tpe = tpe, .out = dh, .dweights = dweights, .scratch = scratch,
                .E = E, .K = K, .M = M, .T = T, .k = k, .tile = tile_rows, .width = M};
-  run_jobs(&f, team_size(n * K * M, slots));
+  run_fused(&f, slots);
 }
 
 void xm_k_grouped_matmul_combine_dw(const float *dout, const float *h, const int32_t *indices,
                                     const float *weights, const int32_t *tpe, float *dw,
                                     int64_t E, int64_t K, int64_t M, int64_t k, float beta,
                                     float *scratch, int64_t tile_rows, int64_t slots) {
-  if (E <= 0 || K <= 0 || M <= 0) return;
   fused_t f = {.kind = FUSED_COMBINE_DW, .tok = dout, .rows = h, .wts = weights,
                .idx = indices, .tpe = tpe, .out = dw, .scratch = scratch, .E = E, .K = K,
                .M = M, .k = k, .tile = tile_rows, .width = M, .beta = beta};
-  run_jobs(&f, team_size(total_rows(tpe, E) * K * M, slots));
+  run_fused(&f, slots);
 }
 
 /* ---- bf16 operands ----------------------------------------------------------
@@ -523,27 +537,21 @@ void xm_k_grouped_matmul_combine_dw(const float *dout, const float *h, const int
  * products are the bf16 products), accumulation and every result are f32.
  * ws holds each thread's widening buffers, xm_bf16_fused_ws_floats(). */
 
-static void bf16_setup(fused_t *f, float *ws) {
+static void run_fused_bf16(fused_t *f, float *ws, int64_t slots) {
   int64_t wide = f->K > f->M ? f->K : f->M;
   f->ws = ws;
   f->ws_slot = (f->w16 ? f->M * f->K : 0) + f->tile * wide;
+  run_fused(f, slots);
 }
 
 void xm_k_gather_grouped_matmul_bf16(const xm_bf16_t *x, const int32_t *indices,
                                      const int32_t *tpe, const xm_bf16_t *w, float *y, int64_t E,
                                      int64_t K, int64_t M, int64_t k, float *scratch,
                                      int64_t tile_rows, int64_t slots, float *ws) {
-  int64_t n = total_rows(tpe, E);
-  if (n == 0 || M <= 0) return;
-  if (K <= 0) {
-    memset(y, 0, sizeof(float) * (size_t)(n * M));
-    return;
-  }
   fused_t f = {.kind = FUSED_FWD, .tok16 = x, .w16 = w, .idx = indices, .tpe = tpe, .out = y,
                .scratch = scratch, .E = E, .K = K, .M = M, .k = k, .tile = tile_rows,
                .width = K};
-  bf16_setup(&f, ws);
-  run_jobs(&f, team_size(n * K * M, slots));
+  run_fused_bf16(&f, ws, slots);
 }
 
 void xm_k_grouped_matmul_combine_bf16(const xm_bf16_t *h, const xm_bf16_t *w, const int32_t *tpe,
@@ -551,17 +559,10 @@ void xm_k_grouped_matmul_combine_bf16(const xm_bf16_t *h, const xm_bf16_t *w, co
                                       int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
                                       float *scratch, int64_t tile_rows, int64_t slots,
                                       float *ws) {
-  if (T <= 0 || M <= 0) return;
-  int64_t n = total_rows(tpe, E);
-  if (n == 0 || K <= 0) {
-    memset(out, 0, sizeof(float) * (size_t)(T * M));
-    return;
-  }
   fused_t f = {.kind = FUSED_COMBINE, .rows16 = h, .w16 = w, .wts = weights, .idx = indices,
                .tpe = tpe, .out = out, .scratch = scratch, .E = E, .K = K, .M = M, .T = T,
                .k = k, .tile = tile_rows, .width = M};
-  bf16_setup(&f, ws);
-  run_tokens(&f, team_size(n * K * M, slots));
+  run_fused_bf16(&f, ws, slots);
 }
 
 void xm_k_gather_grouped_matmul_dx_bf16(const xm_bf16_t *dy, const xm_bf16_t *w,
@@ -569,17 +570,10 @@ void xm_k_gather_grouped_matmul_dx_bf16(const xm_bf16_t *dy, const xm_bf16_t *w,
                                         int64_t E, int64_t K, int64_t M, int64_t T, int64_t k,
                                         float *scratch, int64_t tile_rows, int64_t slots,
                                         float *ws) {
-  if (T <= 0 || K <= 0) return;
-  int64_t n = total_rows(tpe, E);
-  if (n == 0 || M <= 0) {
-    memset(dx, 0, sizeof(float) * (size_t)(T * K));
-    return;
-  }
   fused_t f = {.kind = FUSED_DX, .rows16 = dy, .w16 = w, .idx = indices, .tpe = tpe, .out = dx,
                .scratch = scratch, .E = E, .K = K, .M = M, .T = T, .k = k, .tile = tile_rows,
                .width = K};
-  bf16_setup(&f, ws);
-  run_tokens(&f, team_size(n * K * M, slots));
+  run_fused_bf16(&f, ws, slots);
 }
 
 void xm_k_gather_grouped_matmul_dw_bf16(const xm_bf16_t *dy, const xm_bf16_t *x,
@@ -587,12 +581,10 @@ void xm_k_gather_grouped_matmul_dw_bf16(const xm_bf16_t *dy, const xm_bf16_t *x,
                                         int64_t E, int64_t K, int64_t M, int64_t k, float beta,
                                         float *scratch, int64_t tile_rows, int64_t slots,
                                         float *ws) {
-  if (E <= 0 || K <= 0 || M <= 0) return;
   fused_t f = {.kind = FUSED_DW, .tok16 = x, .rows16 = dy, .idx = indices, .tpe = tpe,
                .out = dw, .scratch = scratch, .E = E, .K = K, .M = M, .k = k, .tile = tile_rows,
                .width = K, .beta = beta};
-  bf16_setup(&f, ws);
-  run_jobs(&f, team_size(total_rows(tpe, E) * K * M, slots));
+  run_fused_bf16(&f, ws, slots);
 }
 
 void xm_k_grouped_matmul_combine_grad_bf16(const xm_bf16_t *dout, const xm_bf16_t *h,
@@ -601,19 +593,11 @@ void xm_k_grouped_matmul_combine_grad_bf16(const xm_bf16_t *dout, const xm_bf16_
                                            float *dh, float *dweights, int64_t E, int64_t K,
                                            int64_t M, int64_t T, int64_t k, float *scratch,
                                            int64_t tile_rows, int64_t slots, float *ws) {
-  if (T > 0 && k > 0) memset(dweights, 0, sizeof(float) * (size_t)(T * k));
-  int64_t n = total_rows(tpe, E);
-  if (n == 0 || K <= 0) return;
-  if (M <= 0) {
-    memset(dh, 0, sizeof(float) * (size_t)(n * K));
-    return;
-  }
   fused_t f = {.kind = FUSED_COMBINE_GRAD, .tok16 = dout, .rows16 = h, .w16 = w,
                .wts = weights, .idx = indices, .tpe = tpe, .out = dh, .dweights = dweights,
                .scratch = scratch, .E = E, .K = K, .M = M, .T = T, .k = k, .tile = tile_rows,
                .width = M};
-  bf16_setup(&f, ws);
-  run_jobs(&f, team_size(n * K * M, slots));
+  run_fused_bf16(&f, ws, slots);
 }
 
 void xm_k_grouped_matmul_combine_dw_bf16(const xm_bf16_t *dout, const xm_bf16_t *h,
@@ -621,10 +605,8 @@ void xm_k_grouped_matmul_combine_dw_bf16(const xm_bf16_t *dout, const xm_bf16_t 
                                          const int32_t *tpe, float *dw, int64_t E, int64_t K,
                                          int64_t M, int64_t k, float beta, float *scratch,
                                          int64_t tile_rows, int64_t slots, float *ws) {
-  if (E <= 0 || K <= 0 || M <= 0) return;
   fused_t f = {.kind = FUSED_COMBINE_DW, .tok16 = dout, .rows16 = h, .wts = weights,
                .idx = indices, .tpe = tpe, .out = dw, .scratch = scratch, .E = E, .K = K,
                .M = M, .k = k, .tile = tile_rows, .width = M, .beta = beta};
-  bf16_setup(&f, ws);
-  run_jobs(&f, team_size(total_rows(tpe, E) * K * M, slots));
+  run_fused_bf16(&f, ws, slots);
 }
