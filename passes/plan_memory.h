@@ -6,6 +6,9 @@
  *
  *   op attr "mem" = [arena, offset, bytes] per result, flattened, on every
  *       op with results.
+ *       A weight gradient that fold-accumulate marked (attr accumulate:
+ *       the GEMM adds into its grad state) is never written and gets 0
+ *       bytes.
  *   op attr "ws" = [offset, bytes] in the activation arena, on an op whose
  *       attr "workspace" (bytes, set by the pass that chose the kernel)
  *       asks for scratch: a buffer live during that op only, so kernels
