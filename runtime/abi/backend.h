@@ -101,6 +101,10 @@ struct xm_rt_backend {
  * called (runtime/cpu/backend.c). Never fails to initialise. */
 xm_rt_backend_t *xm_rt_cpu_backend(void);
 
+/* The emulated GPU backend: host memory presented as device memory, the
+ * GPU kernels run by the CPU emulator (runtime/emu/backend.c). */
+xm_rt_backend_t *xm_rt_emu_backend(void);
+
 /* The backend of the program: every backend archive defines it, and a
  * generated program links exactly one (the CPU backend's returns
  * xm_rt_cpu_backend()). */
