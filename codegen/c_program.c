@@ -68,6 +68,7 @@
  */
 #include "codegen/c_program.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -94,6 +95,9 @@ typedef struct {
   int op_index;   /* op being emitted, for messages */
   char ring[RING][128];
   int ring_next;
+  /* GPU targets: the kernel specialisations the calls launch (NULL on the
+   * CPU target, whose calls are xm_k_* functions). */
+  struct gpu_specs *gpu;
 } gen_t;
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -274,6 +278,7 @@ typedef enum { KA_IN, KA_OUT, KA_I64, KA_F32, KA_INT } karg_kind_t;
 typedef struct {
   karg_kind_t kind;
   char dtype[8];
+  char name[24];
 } ksig_arg_t;
 
 /* Parses "(XM_IN(f32, x), XM_I64(n), ...)" into at most `cap` args;
@@ -283,12 +288,17 @@ static int parse_signature(const char *args, ksig_arg_t *out, int cap) {
   const char *p = args;
   while ((p = strstr(p, "XM_")) != NULL) {
     if (n == cap) return -1;
-    ksig_arg_t a = {KA_INT, ""};
+    ksig_arg_t a = {KA_INT, "", ""};
+    const char *open = strchr(p, '('), *close = open ? strchr(open, ')') : NULL;
+    if (!close) return -1;
+    /* the name: after the comma for buffers, else the whole parenthesis */
+    const char *nm = open + 1;
     if (strncmp(p, "XM_IN(", 6) == 0 || strncmp(p, "XM_OUT(", 7) == 0) {
       a.kind = p[3] == 'I' ? KA_IN : KA_OUT;
-      const char *d = strchr(p, '(') + 1, *e = strchr(d, ',');
-      if (!e || e - d >= (long)sizeof a.dtype) return -1;
+      const char *d = open + 1, *e = strchr(d, ',');
+      if (!e || e > close || e - d >= (long)sizeof a.dtype) return -1;
       memcpy(a.dtype, d, (size_t)(e - d));
+      nm = e + 1;
     } else if (strncmp(p, "XM_I64(", 7) == 0) {
       a.kind = KA_I64;
     } else if (strncmp(p, "XM_F32(", 7) == 0) {
@@ -296,12 +306,99 @@ static int parse_signature(const char *args, ksig_arg_t *out, int cap) {
     } else if (strncmp(p, "XM_INT(", 7) != 0) {
       return -1;
     }
+    while (*nm == ' ') nm++;
+    if (close - nm <= 0 || close - nm >= (long)sizeof a.name) return -1;
+    memcpy(a.name, nm, (size_t)(close - nm));
     out[n++] = a;
     p = strchr(p, ')');
     if (!p) return -1;
   }
   return n;
 }
+
+/* ---- GPU targets: kernel specialisations -------------------------------
+ * On a GPU target every call of the schedule launches a specialisation of
+ * the kernel's template (runtime/gpu/kernels): a size argument whose text
+ * is an integer literal (a size the compiler knows) becomes a constant of
+ * its shape type, the others stay run-time values. Calls with the same
+ * kernel and the same constants share one specialisation, xmg_<id>, which
+ * out/kernels.hip defines and out/kernels.h declares. */
+#define GPU_MAX_ARGS 32
+typedef struct {
+  int kernel;                /* index in xm_rt_kernel_signatures */
+  int64_t val[GPU_MAX_ARGS]; /* per argument: the constant size, or -1 */
+  int first_op;              /* the op that first launched it, for the comment */
+} gpu_spec_t;
+
+struct gpu_specs {
+  gpu_spec_t *v;
+  int n, cap;
+};
+
+static bool int_literal(const char *t, int64_t *v) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(t, &end, 10);
+  if (errno || end == t || *end || x < 0) return false;
+  *v = x;
+  return true;
+}
+
+static int gpu_spec(gen_t *g, const xm_ir_op_t *op, int kernel, const ksig_arg_t *want,
+                    const karg_t *a, int n) {
+  int64_t val[GPU_MAX_ARGS];
+  for (int i = 0; i < GPU_MAX_ARGS; i++)
+    if (i >= n || want[i].kind != KA_I64 || !int_literal(a[i].text, &val[i])) val[i] = -1;
+  struct gpu_specs *s = g->gpu;
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i].kernel == kernel && memcmp(s->v[i].val, val, sizeof val) == 0) return i;
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 64;
+    gpu_spec_t *v = realloc(s->v, sizeof *v * (size_t)cap);
+    if (!v) {
+      gen_error(g, op, XM_ERR_NO_MEMORY, "%s: out of memory%s", "");
+      return 0;
+    }
+    s->v = v;
+    s->cap = cap;
+  }
+  gpu_spec_t *sp = &s->v[s->n];
+  sp->kernel = kernel;
+  memcpy(sp->val, val, sizeof val);
+  sp->first_op = g->op_index;
+  return s->n++;
+}
+
+/* The C type of argument `a` of a signature. */
+static void c_type(const ksig_arg_t *a, char *buf, size_t cap) {
+  static const struct { const char *dt, *ctype; } k[] = {
+      {"f32", "float"}, {"bf16", "xm_bf16_t"}, {"i32", "int32_t"}, {"f64", "double"}};
+  switch (a->kind) {
+  case KA_I64: snprintf(buf, cap, "int64_t"); return;
+  case KA_F32: snprintf(buf, cap, "float"); return;
+  case KA_INT: snprintf(buf, cap, "int"); return;
+  default: break;
+  }
+  const char *ct = "void";
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (strcmp(k[i].dt, a->dtype) == 0) ct = k[i].ctype;
+  snprintf(buf, cap, "%s%s *", a->kind == KA_IN ? "const " : "", ct);
+}
+
+/* "xm_rt_stream_t *s, const float *x, int64_t M, ..." of a specialisation. */
+static void gpu_params(xm_strbuf_t *b, const ksig_arg_t *want, int m) {
+  xm_strbuf_puts(b, "xm_rt_stream_t *s");
+  for (int i = 0; i < m; i++) {
+    char t[32];
+    c_type(&want[i], t, sizeof t);
+    size_t tl = strlen(t);
+    xm_strbuf_printf(b, ", %s%s%s", t, tl && t[tl - 1] == '*' ? "" : " ", want[i].name);
+  }
+}
+
+/* out/kernels.h and out/kernels.hip of the specialisations of a module. */
+static void emit_gpu_files(gen_t *g, const xm_codegen_inputs_t *in, const char *target,
+                           xm_strbuf_t *kh, xm_strbuf_t *ksrc);
 
 /* Emits `<prefix>xm_k_<name>(args);` after checking it against the table. */
 static void emit_call(gen_t *g, const xm_ir_op_t *op, const char *prefix, const char *name,
@@ -323,7 +420,12 @@ static void emit_call(gen_t *g, const xm_ir_op_t *op, const char *prefix, const 
   }
   xm_strbuf_t c;
   xm_strbuf_init(&c);
-  xm_strbuf_printf(&c, "%sxm_k_%s(", prefix, name);
+  if (g->gpu)
+    xm_strbuf_printf(&c, "%sxmg_%d(x->stream%s", prefix,
+                     gpu_spec(g, op, (int)(sig - xm_rt_kernel_signatures), want, a, n),
+                     n ? ", " : "");
+  else
+    xm_strbuf_printf(&c, "%sxm_k_%s(", prefix, name);
   for (int i = 0; i < n; i++) {
     bool buffer = want[i].kind == KA_IN || want[i].kind == KA_OUT;
     if (a[i].v && (!buffer || strcmp(xm_dtype_name(a[i].v->type.dtype), want[i].dtype) != 0)) {
@@ -1352,8 +1454,12 @@ static void emit_header(gen_t *g, const xm_codegen_inputs_t *in) {
   if (in->pipeline) EMIT("// pipeline: %s", in->pipeline);
 }
 
-xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
-                                 const xm_codegen_inputs_t *in, xm_diag_t *diag, xm_strbuf_t *out) {
+/* program.c for any target: gpu NULL (CPU: calls of the xm_k_* functions)
+ * or "hip" / "cuda" (launches of the specialisations of out/kernels.hip,
+ * whose two files go to kh and ksrc). */
+static xm_status_t program(const xm_ir_module_t *m, const xm_spec_t *spec,
+                           const xm_codegen_inputs_t *in, xm_diag_t *diag, xm_strbuf_t *out,
+                           const char *gpu, xm_strbuf_t *kh, xm_strbuf_t *ksrc) {
   xm_mem_report_t report;
   XM_RETURN_IF_ERROR(xm_plan_memory_read_report(m, diag, &report));
   if (xm_ir_module_get_int(m, "schedule_micro_ops", -1) < 0) {
@@ -1361,7 +1467,8 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
                 "the module was not scheduled (run the schedule pass before codegen)");
     return XM_ERR_INTERNAL;
   }
-  gen_t gen = {.m = m, .spec = spec, .diag = diag, .st = XM_OK};
+  struct gpu_specs specs = {NULL, 0, 0};
+  gen_t gen = {.m = m, .spec = spec, .diag = diag, .st = XM_OK, .gpu = gpu ? &specs : NULL};
   gen_t *g = &gen;
   g->rows_src = calloc((size_t)xm_ir_module_num_values(m) + 1, sizeof(int));
   g->acc_of = calloc((size_t)xm_ir_module_num_values(m) + 1, sizeof(int));
@@ -1385,7 +1492,10 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
   xm_emit_blank(&g->e);
   EMIT("#include \"runtime/abi/program.h\"");
   EMIT("#include \"runtime/comm/spmd.h\"");
-  EMIT("#include \"runtime/cpu/kernels.h\"");
+  if (gpu)
+    EMIT("#include \"kernels.h\" /* the launches of out/kernels.hip */");
+  else
+    EMIT("#include \"runtime/cpu/kernels.h\"");
   EMIT("#include \"runtime/driver/trace.h\"");
   EMIT("#include \"runtime/moe/rbd_exec.h\"");
   xm_emit_blank(&g->e);
@@ -1398,10 +1508,101 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
   EMIT("/* One optimizer step, after the last micro-batch. */");
   emit_function(g, "step", true);
   emit_program(g, &t, &report);
+  if (gpu && g->st == XM_OK) emit_gpu_files(g, in, gpu, kh, ksrc);
+  free(specs.v);
   free(g->rows_src);
   free(g->acc_of);
   free(g->host_of);
   return g->st;
+}
+
+xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
+                                 const xm_codegen_inputs_t *in, xm_diag_t *diag, xm_strbuf_t *out) {
+  return program(m, spec, in, diag, out, NULL, NULL, NULL);
+}
+
+xm_status_t xm_codegen_program_gpu(const xm_ir_module_t *m, const xm_spec_t *spec,
+                                   const xm_codegen_inputs_t *in, const char *target,
+                                   xm_diag_t *diag, xm_strbuf_t *out, xm_strbuf_t *kernels_h,
+                                   xm_strbuf_t *kernels_src) {
+  return program(m, spec, in, diag, out, target, kernels_h, kernels_src);
+}
+
+static void emit_gpu_files(gen_t *g, const xm_codegen_inputs_t *in, const char *target,
+                           xm_strbuf_t *kh, xm_strbuf_t *ksrc) {
+  struct gpu_specs *s = g->gpu;
+  char bufs[2][512];
+  const char *inputs[2];
+  int ninputs = header_inputs(in, bufs, inputs);
+  xm_emitter_t e;
+  xm_emitter_init(&e, kh);
+  xm_emit_header(&e, "//", ninputs, inputs);
+  xm_emit(&e, "// The launches of out/kernels.hip that out/program.c calls (target %s).", target);
+  xm_emit(&e, "#ifndef XM_GENERATED_KERNELS_H");
+  xm_emit(&e, "#define XM_GENERATED_KERNELS_H");
+  xm_emit_blank(&e);
+  xm_emit(&e, "#include <stdint.h>");
+  xm_emit_blank(&e);
+  xm_emit(&e, "#include \"runtime/abi/backend.h\"");
+  xm_emit(&e, "#include \"runtime/abi/kernels.h\"");
+  xm_emit_blank(&e);
+  xm_emit(&e, "#ifdef __cplusplus");
+  xm_emit(&e, "extern \"C\" {");
+  xm_emit(&e, "#endif");
+  xm_strbuf_t line;
+  xm_strbuf_init(&line);
+  for (int i = 0; i < s->n; i++) {
+    const xm_rt_kernel_signature_t *sig = &xm_rt_kernel_signatures[s->v[i].kernel];
+    ksig_arg_t want[32];
+    int m = parse_signature(sig->args, want, 32);
+    xm_strbuf_clear(&line);
+    gpu_params(&line, want, m);
+    xm_emit(&e, "void xmg_%d(%s); /* %s */", i, xm_strbuf_cstr(&line), sig->name);
+  }
+  xm_emit(&e, "#ifdef __cplusplus");
+  xm_emit(&e, "}");
+  xm_emit(&e, "#endif");
+  xm_emit(&e, "#endif");
+
+  xm_emitter_init(&e, ksrc);
+  xm_emit_header(&e, "//", ninputs, inputs);
+  xm_emit(&e, "// Every kernel the schedule of out/program.c launches, specialised to its");
+  xm_emit(&e, "// shapes: a size >= 0 is a compile-time constant of the launch's shape type,");
+  xm_emit(&e, "// -1 a run-time value. One text for both vendors: hipcc compiles it for AMD,");
+  xm_emit(&e, "// nvcc for NVIDIA, a C++ compiler for the emulated GPU (runtime/gpu/xm_gpu.h).");
+  xm_emit(&e, "// Generated for target %s; tiles: runtime/gpu/tiles.h.", target);
+  xm_emit_blank(&e);
+  xm_emit(&e, "#include \"kernels.h\"");
+  xm_emit(&e, "#include \"runtime/gpu/kernels/all.cuh\"");
+  for (int i = 0; i < s->n; i++) {
+    const xm_rt_kernel_signature_t *sig = &xm_rt_kernel_signatures[s->v[i].kernel];
+    ksig_arg_t want[32];
+    int m = parse_signature(sig->args, want, 32);
+    xm_emit_blank(&e);
+    xm_strbuf_clear(&line);
+    xm_strbuf_printf(&line, "struct xmg_s%d {", i);
+    int sizes = 0;
+    for (int a = 0; a < m && a < GPU_MAX_ARGS; a++) {
+      if (want[a].kind != KA_I64) continue;
+      sizes++;
+      if (s->v[i].val[a] >= 0)
+        xm_strbuf_printf(&line, " XM_SHAPE_CONST(%s, %" PRId64 ")", want[a].name, s->v[i].val[a]);
+      else
+        xm_strbuf_printf(&line, " XM_SHAPE_DYN(%s)", want[a].name);
+    }
+    xm_emit(&e, "// %s, first launched by op %d%s", sig->name, s->v[i].first_op,
+            sizes ? "" : " (no sizes)");
+    xm_strbuf_puts(&line, " };");
+    xm_emit(&e, "%s", xm_strbuf_cstr(&line));
+    xm_strbuf_clear(&line);
+    gpu_params(&line, want, m);
+    xm_emit(&e, "extern \"C\" void xmg_%d(%s) {", i, xm_strbuf_cstr(&line));
+    xm_strbuf_clear(&line);
+    for (int a = 0; a < m; a++) xm_strbuf_printf(&line, ", %s", want[a].name);
+    xm_emit(&e, "  xm_g_%s<xmg_s%d>((xm_stream_t)s%s);", sig->name, i, xm_strbuf_cstr(&line));
+    xm_emit(&e, "}");
+  }
+  xm_strbuf_free(&line);
 }
 
 void xm_codegen_main_c(const xm_codegen_inputs_t *in, xm_strbuf_t *out) {

@@ -36,6 +36,17 @@ xm_status_t xm_codegen_program_c(const xm_ir_module_t *m, const xm_spec_t *spec,
                                  const xm_codegen_inputs_t *in, xm_diag_t *diag,
                                  xm_strbuf_t *out);
 
+/* The same schedule for a GPU target ("hip" or "cuda"): every kernel call
+ * is a launch of a specialisation of the kernel templates of
+ * runtime/gpu/kernels on the exec's stream. Appends out/program.c to `out`,
+ * the launches' C declarations (out/kernels.h) to `kernels_h` and their
+ * definitions (out/kernels.hip, one text for hipcc, nvcc and the
+ * emulator) to `kernels_src`. */
+xm_status_t xm_codegen_program_gpu(const xm_ir_module_t *m, const xm_spec_t *spec,
+                                   const xm_codegen_inputs_t *in, const char *target,
+                                   xm_diag_t *diag, xm_strbuf_t *out, xm_strbuf_t *kernels_h,
+                                   xm_strbuf_t *kernels_src);
+
 /* Appends out/main.c: main() hands the program to xm_rt_train_main. */
 void xm_codegen_main_c(const xm_codegen_inputs_t *in, xm_strbuf_t *out);
 

@@ -7,10 +7,12 @@
  * calls or launches from the one signature table (runtime/abi/kernels.def)
  * and links the runtime backend of the same name (runtime/<name>/).
  *
- * `xmoec compile --target NAME` picks one; "cpu" is the default and the
- * only one built today. "hip" and "cuda" are known names whose code
- * generation is not built yet: asking for them is refused with exit 2, so
- * a script written for them fails loudly instead of getting a CPU program.
+ * `xmoec compile --target NAME` picks one; "cpu" is the default. "hip" and
+ * "cuda" write the same out/program.c schedule with launches instead of
+ * calls (codegen/c_program.h, xm_codegen_program_gpu), plus out/kernels.h
+ * and out/kernels.hip; the build compiles that kernel text with hipcc,
+ * nvcc, or, with --emulate, a C++ compiler against the CPU emulation of
+ * the GPU (docs/design.md, The GPU path).
  */
 #ifndef XM_CODEGEN_TARGET_H
 #define XM_CODEGEN_TARGET_H
@@ -20,14 +22,16 @@
 #include "codegen/c_program.h"
 
 typedef struct {
-  const char *name;  /* "cpu", "hip", "cuda" */
-  bool built;        /* false: known, but its code generation does not exist yet */
-  const char *about; /* one line for --help and errors */
-  /* out/program.c and out/main.c; NULL for a target that is not built. */
-  xm_status_t (*program)(const xm_ir_module_t *m, const xm_spec_t *spec,
-                         const xm_codegen_inputs_t *in, xm_diag_t *diag, xm_strbuf_t *out);
-  void (*main_c)(const xm_codegen_inputs_t *in, xm_strbuf_t *out);
+  const char *name;         /* "cpu", "hip", "cuda" */
+  bool gpu;                 /* kernels generated into out/kernels.hip */
+  const char *about;        /* one line for --help and errors */
+  const char *default_arch; /* GPU targets: the architecture when the cluster names none */
 } xm_codegen_target_t;
+
+/* Whether `arch` is an architecture name of target `t`: "gfx" and hex
+ * digits for hip (gfx90a, gfx942), "sm_" and digits with an optional "a"
+ * for cuda (sm_90, sm_90a). */
+bool xm_codegen_target_arch_ok(const xm_codegen_target_t *t, const char *arch);
 
 /* The target of that name, or NULL when there is none. */
 const xm_codegen_target_t *xm_codegen_target_find(const char *name);

@@ -106,6 +106,10 @@ typedef struct {
   double inter_bw_gbps;      /* GB/s per rank, one direction, across nodes */
   double inter_latency_us;
   xm_topology_t topology;
+  /* The GPU architecture code is generated for: "gfx90a" (MI250X, the
+   * default of --target hip), "sm_90" (H100/H200, the default of --target
+   * cuda), ...; "" = the target's default. */
+  char gpu_arch[XM_SPEC_NAME_MAX];
 } xm_cluster_spec_t;
 
 typedef struct {

@@ -135,6 +135,9 @@ static const xm_spec_field_t kFields[] = {
     FLT(C, cluster, inter_bw_gbps, 12.5, 0, 1e6, GT, "GB/s per rank across nodes"),
     FLT(C, cluster, inter_latency_us, 5, 0, 1e6, 0, "latency across nodes, us"),
     ENUM(C, cluster, topology, XM_TOPO_FAT_TREE, kTopology, 0, "inter-node network"),
+    {C, "gpu_arch", XM_FIELD_STRING, offsetof(xm_spec_t, cluster.gpu_arch),
+     MEMBER_SIZE(cluster.gpu_arch), 0, 0, 0, 0, 0, NULL,
+     "GPU architecture of compiled kernels (gfx90a, sm_90, ...)"},
 
     /* parallel */
     INT(L, parallel, dp, 1, 1, P2(24), 0, "data-parallel degree"),

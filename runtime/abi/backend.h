@@ -104,6 +104,7 @@ xm_rt_backend_t *xm_rt_cpu_backend(void);
 /* The emulated GPU backend: host memory presented as device memory, the
  * GPU kernels run by the CPU emulator (runtime/emu/backend.c). */
 xm_rt_backend_t *xm_rt_emu_backend(void);
+xm_rt_backend_t *xm_rt_hip_backend(void), *xm_rt_cuda_backend(void); /* runtime/{hip,cuda} */
 
 /* The backend of the program: every backend archive defines it, and a
  * generated program links exactly one (the CPU backend's returns

@@ -13,6 +13,10 @@
 
 #include <stdint.h>
 
+/* The `scoring` argument of the router kernels (same numbering as the
+ * frontend's xm_scoring_t). */
+enum { XM_K_SOFTMAX = 0, XM_K_SIGMOID = 1 };
+
 /* A bf16 value as its 16 raw bits (the upper half of the f32's bits). */
 typedef uint16_t xm_bf16_t;
 

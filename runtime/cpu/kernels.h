@@ -31,8 +31,7 @@
 #include "runtime/abi/kernels.h"   /* xm_bf16_t */
 #include "runtime/abi/workspace.h" /* the ws formulas */
 
-/* Scoring functions (same numbering as frontend xm_scoring_t). */
-enum { XM_K_SOFTMAX = 0, XM_K_SIGMOID = 1 };
+/* Scoring functions: XM_K_SOFTMAX, XM_K_SIGMOID (runtime/abi/kernels.h). */
 
 /* ---- dense ------------------------------------------------------------- */
 

@@ -68,7 +68,8 @@ struct Block {
   int live;
   int arrived;
   uint64_t gen;
-  void *site; /* where the first thread of this generation waits */
+  const char *site_file; /* where the first thread of this generation waits */
+  int site_line;
   std::vector<int> warp_live, warp_arrived;
   std::vector<uint64_t> warp_gen;
   std::vector<uint32_t> slots; /* XM_EMU_MAX_WORDS per thread */
@@ -205,7 +206,8 @@ void run_block(Block *b, int64_t index, uint64_t *rng) {
   b->live = n;
   b->arrived = 0;
   b->gen = 0;
-  b->site = NULL;
+  b->site_file = NULL;
+  b->site_line = 0;
   b->warp_live.assign((size_t)warps, 0);
   b->warp_arrived.assign((size_t)warps, 0);
   b->warp_gen.assign((size_t)warps, 0);
@@ -298,19 +300,18 @@ void xm_emu_launch(const char *name, int64_t gx, int64_t gy, int64_t gz, int thr
   xm_emu_cur_block = saved_b;
 }
 
-void xm_emu_sync(void) {
+void xm_emu_sync_at(const char *file, int line) {
   Block *b = t_block;
   Fiber *f = b->cur;
-  void *site = __builtin_return_address(0);
   if (b->arrived == 0) {
-    b->site = site;
-  } else if (site != b->site) {
-    f->state = AT_BLOCK; /* shown as waiting */
+    b->site_file = file;
+    b->site_line = line;
+  } else if (line != b->site_line || (file != b->site_file && strcmp(file, b->site_file) != 0)) {
     fprintf(stderr,
-            "xmoec emulator: kernel %s, block (%lld,%lld,%lld): thread %d reached another "
-            "barrier than the %d thread(s) already waiting (a divergent barrier)\n",
+            "xmoec emulator: kernel %s, block (%lld,%lld,%lld): thread %d reached the barrier at "
+            "%s:%d while %d thread(s) wait at the one at %s:%d (a divergent barrier)\n",
             b->name, (long long)b->info.bx, (long long)b->info.by, (long long)b->info.bz,
-            f->t.tid, b->arrived);
+            f->t.tid, file, line, b->arrived, b->site_file, b->site_line);
     exit(70);
   }
   if (++b->arrived == b->live) {

@@ -45,8 +45,8 @@ static inline xm_emu_block_t *xm_emu_block(void) { return xm_emu_cur_block; }
 void xm_emu_launch(const char *name, int64_t gx, int64_t gy, int64_t gz, int threads, int warp,
                    const std::function<void()> &body);
 
-/* The block barrier. */
-void xm_emu_sync(void);
+/* The block barrier at source place (file, line). */
+void xm_emu_sync_at(const char *file, int line);
 
 /* Every live lane of the calling thread's warp passes `words` (at most
  * XM_EMU_MAX_WORDS) 32-bit words; each gets all of them, lane by lane, in

@@ -47,6 +47,12 @@ template <class R, class... A> struct xm_g_wrap<R (*)(A...)> {
                              &xm_g_##name<xm_shape_dyn>>,                                          \
        0);
 
+/* XM_G_ONLY "file": only that kernel file (tests/backend/emu_kernels.sh
+ * builds one file's table that way while it is being written). */
+#ifdef XM_G_ONLY
+#include XM_G_ONLY
+#else
 #include "runtime/gpu/kernels/all.cuh"
+#endif
 
 #endif /* XM_RUNTIME_GPU_TABLE_CUH */

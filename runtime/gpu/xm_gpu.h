@@ -71,9 +71,12 @@ XM_DEV int xm_bid_z(void) { return (int)xm_emu_block()->bz; }
 XM_DEV int xm_nbid_x(void) { return (int)xm_emu_block()->gx; }
 XM_DEV int xm_nbid_y(void) { return (int)xm_emu_block()->gy; }
 XM_DEV int xm_nbid_z(void) { return (int)xm_emu_block()->gz; }
-/* Always inlined, so the emulator tells the barriers of a kernel apart by
- * their return address (threads at different ones: a divergent barrier). */
-static inline __attribute__((always_inline)) void xm_sync(void) { xm_emu_sync(); }
+/* A macro, so the emulator tells the barriers of a kernel apart by their
+ * place in the source (threads at different ones: a divergent barrier).
+ * The place survives whatever copies of the call the optimiser makes; two
+ * barriers of one helper function called from two places share theirs, so
+ * such a divergence goes unseen, never the other way round. */
+#define xm_sync() xm_emu_sync_at(__FILE__, __LINE__)
 #else
 XM_DEV int xm_tid(void) { return (int)threadIdx.x; }
 XM_DEV int xm_ntid(void) { return (int)blockDim.x; }

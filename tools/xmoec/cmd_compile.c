@@ -74,7 +74,9 @@ typedef struct {
   const char *out_dir;
   const char *cc;
   const char *target; /* codegen/target.h; "cpu" when not given */
+  const char *gpu_arch; /* --gpu-arch; NULL: the cluster's, else the target's default */
   bool print_after_all, timing, no_build, print_flags, no_fuse;
+  bool emulate; /* GPU targets: build the kernels for the CPU emulation of the GPU */
   int64_t layout_value[XM_LAYOUT_RANKS_PER_NODE + 1]; /* by xm_layout_knob_t */
   unsigned layout_given; /* bit 1 << xm_layout_knob_t per layout flag given */
   int64_t dispatch_bound; /* expert receive buffers: min(ep, this) x rows sent */
@@ -83,7 +85,7 @@ typedef struct {
 static void compile_usage(FILE *out) {
   fprintf(out,
           "usage: xmoec compile MODEL.json [--cluster FILE] -o OUT [--no-build] [--cc CC]\n"
-          "                     [--target cpu|hip|cuda]\n"
+          "                     [--target cpu|hip|cuda] [--gpu-arch ARCH] [--emulate]\n"
           "                     [--dp N] [--tp N] [--ep N] [--ssmb] [--rbd] [--zero N]\n"
           "                     [--ranks-per-node N] [--dispatch-bound B]\n"
           "                     [--no-fuse] [--print-ir-after-all] [--timing]\n"
@@ -99,8 +101,16 @@ static void compile_usage(FILE *out) {
           "  --cluster FILE         a cluster description checked with the spec\n"
           "  --no-build             write the sources only\n"
           "  --cc CC                C compiler (default: XMOEC_CC or the build's)\n"
-          "  --target T             code generation target: cpu (default; the only one\n"
-          "                         built so far), hip or cuda (refused until built)\n"
+          "  --target T             code generation target: cpu (default: C calling the CPU\n"
+          "                         kernels), hip (AMD GPUs: kernels specialised to the\n"
+          "                         plan in OUT/kernels.hip, built with hipcc) or cuda\n"
+          "                         (the same kernel text built with nvcc for NVIDIA)\n"
+          "  --gpu-arch ARCH        GPU architecture (hip: gfx90a by default, e.g. gfx942;\n"
+          "                         cuda: sm_90 by default, e.g. sm_90a); default the\n"
+          "                         cluster's gpu_arch\n"
+          "  --emulate              GPU targets: build OUT/train with the kernels compiled\n"
+          "                         for the CPU emulation of the GPU (runs anywhere, slowly;\n"
+          "                         the kernels' test bed)\n"
           "  --no-fuse              keep the padding-free gather and combine as separate\n"
           "                         kernels (no fuse-permute-gemm pass; for comparison)\n"
           "  --print-ir-after-all   print the module to stderr after every pass\n"
@@ -131,6 +141,7 @@ static bool switch_flag(const char *arg, compile_args_t *a) {
   else if (strcmp(arg, "--no-build") == 0) a->no_build = true;
   else if (strcmp(arg, "--no-fuse") == 0) a->no_fuse = true;
   else if (strcmp(arg, "--print-build-flags") == 0) a->print_flags = true;
+  else if (strcmp(arg, "--emulate") == 0) a->emulate = true;
   else return false;
   return true;
 }
@@ -227,14 +238,9 @@ static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *ou
         fprintf(stderr, "xmoec compile: error: --target must be cpu, hip or cuda, got '%s'\n", v);
         return 2;
       }
-      if (!t->built) {
-        fprintf(stderr,
-                "xmoec compile: error: --target %s: %s; this version generates CPU programs "
-                "only (--target cpu)\n",
-                v, t->about);
-        return 2;
-      }
       a->target = v;
+    } else if ((v = xm_arg_value(argc, argv, &i, "--gpu-arch", &missing))) {
+      a->gpu_arch = v;
     } else if ((v = xm_arg_value(argc, argv, &i, "-o", &missing))) {
       a->out_dir = v;
     } else if (missing) {
@@ -253,6 +259,20 @@ static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *ou
     }
   }
   if (a->print_flags) return 0;
+  const xm_codegen_target_t *t = xm_codegen_target_find(a->target ? a->target : "cpu");
+  if ((a->emulate || a->gpu_arch) && !t->gpu) {
+    fprintf(stderr, "xmoec compile: error: %s applies to the GPU targets only (--target hip or "
+                    "--target cuda)\n",
+            a->emulate ? "--emulate" : "--gpu-arch");
+    return 2;
+  }
+  if (a->gpu_arch && !xm_codegen_target_arch_ok(t, a->gpu_arch)) {
+    fprintf(stderr, "xmoec compile: error: --gpu-arch %s is not a %s architecture (%s)\n",
+            a->gpu_arch, t->name,
+            strcmp(t->name, "hip") == 0 ? "gfx and hex digits, e.g. gfx90a or gfx942"
+                                        : "sm_ and digits, e.g. sm_90 or sm_90a");
+    return 2;
+  }
   if (!a->input || !a->out_dir) {
     fprintf(stderr, "xmoec compile: error: %s\n",
             !a->input ? "no model file given" : "no output folder given (-o OUT)");
@@ -267,6 +287,29 @@ static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *ou
 }
 
 /* ---- build settings ---------------------------------------------------- */
+
+typedef struct compile compile_t;
+/* Everything one compile reads and produces. */
+struct compile {
+  compile_args_t a;
+  char *spec_text, *cluster_text;
+  size_t spec_len, cluster_len;
+  xm_spec_t spec;
+  xm_layout_t layout; /* the spec's, with the flags applied; checked */
+  xm_ir_module_t *m;
+  xm_strbuf_t pipeline, program, main_c, config, xir;
+  xm_strbuf_t kernels_h, kernels_src; /* GPU targets: out/kernels.h, out/kernels.hip */
+  const xm_codegen_target_t *target;
+  char gpu_arch[64]; /* GPU targets: the architecture the kernels are built for */
+  int64_t fused_gathers, fused_combines; /* module attrs of fuse-permute-gemm */
+  int64_t unfused_activation_bytes;      /* the same program's arena without it */
+  xm_mem_report_t mem;
+  bool planned;             /* the planner chose the layout */
+  xm_plan_candidate_t plan; /* what it chose */
+  int64_t plan_searched, plan_fit;
+  double plan_runner_up;    /* step time of the second best; 0 if none */
+  char plan_runner_up_layout[112];
+};
 
 static const char *setting(const char *env, const char *dflt) {
   const char *v = getenv(env);
@@ -307,58 +350,185 @@ static void path_join(xm_strbuf_t *b, const char *dir, const char *name) {
   xm_strbuf_puts(b, name);
 }
 
-/* Runs the compiler; its output goes to OUT/build.log, shown on failure. */
-static int run_compiler(const compile_args_t *a) {
-  const char *cflags = setting("XMOEC_CFLAGS", XM_BUILD_CFLAGS);
-  const char *libs = setting("XMOEC_LIBS", XM_BUILD_LIBS);
-  int cap = count_words(cflags) + count_words(libs) + 8;
-  char **argv = calloc((size_t)cap, sizeof(char *));
-  if (!argv) return 1;
-  xm_strbuf_t program, main_c, train, log;
-  xm_strbuf_init(&program), xm_strbuf_init(&main_c), xm_strbuf_init(&train), xm_strbuf_init(&log);
-  path_join(&program, a->out_dir, "program.c");
-  path_join(&main_c, a->out_dir, "main.c");
-  path_join(&train, a->out_dir, "train");
-  path_join(&log, a->out_dir, "build.log");
-  int n = 0;
-  argv[n++] = strdup(build_cc(a));
-  n = split_words(cflags, argv, n);
-  argv[n++] = strdup(xm_strbuf_cstr(&program));
-  argv[n++] = strdup(xm_strbuf_cstr(&main_c));
-  argv[n++] = strdup("-o");
-  argv[n++] = strdup(xm_strbuf_cstr(&train));
-  n = split_words(libs, argv, n);
-  argv[n] = NULL;
-
+/* Runs one build command (argv[0] found on PATH); its output goes to log,
+ * shown on failure. 0, or 1 after a message. */
+static int run_tool(char **argv, const char *log, const char *what, const char *product) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, xm_strbuf_cstr(&log), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
+  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   pid_t pid;
   int rc = 1, status = 0;
   int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
   if (err) {
-    fprintf(stderr, "xmoec compile: error: cannot run the C compiler '%s': %s\n", argv[0],
+    fprintf(stderr, "xmoec compile: error: cannot run the %s '%s': %s\n", what, argv[0],
             strerror(err));
   } else if (waitpid(pid, &status, 0) < 0) {
-    fprintf(stderr, "xmoec compile: error: waiting for the C compiler: %s\n", strerror(errno));
+    fprintf(stderr, "xmoec compile: error: waiting for the %s: %s\n", what, strerror(errno));
   } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     char *text = NULL;
     size_t len = 0;
-    if (xm_read_file(xm_strbuf_cstr(&log), &text, &len) == 0) fputs(text, stderr);
+    if (xm_read_file(log, &text, &len) == 0) fputs(text, stderr);
     free(text);
     fprintf(stderr, "xmoec compile: error: building %s failed (compiler output above, also in "
                     "%s)\n",
-            xm_strbuf_cstr(&train), xm_strbuf_cstr(&log));
+            product, log);
   } else {
     rc = 0;
-    unlink(xm_strbuf_cstr(&log));
+    unlink(log);
   }
   posix_spawn_file_actions_destroy(&fa);
-  for (int i = 0; i < n; i++) free(argv[i]);
-  free(argv);
+  return rc;
+}
+
+/* A NULL-terminated argv from words and space-separated flag strings. */
+typedef struct {
+  char **v;
+  int n, cap;
+} argv_t;
+
+static void argv_add(argv_t *a, const char *w) {
+  if (a->n + 2 > a->cap) {
+    int cap = a->cap ? 2 * a->cap : 64;
+    char **v = realloc(a->v, sizeof *v * (size_t)cap);
+    if (!v) return;
+    a->v = v;
+    a->cap = cap;
+  }
+  a->v[a->n++] = strdup(w);
+  a->v[a->n] = NULL;
+}
+
+static void argv_words(argv_t *a, const char *s) {
+  int n = count_words(s);
+  char **w = calloc((size_t)n + 1, sizeof *w);
+  if (!w) return;
+  int m = split_words(s, w, 0);
+  for (int i = 0; i < m; i++) {
+    argv_add(a, w[i]);
+    free(w[i]);
+  }
+  free(w);
+}
+
+static void argv_free(argv_t *a) {
+  for (int i = 0; i < a->n; i++) free(a->v[i]);
+  free(a->v);
+  a->v = NULL;
+  a->n = a->cap = 0;
+}
+
+/* The GPU part of a build: the compiler of out/kernels.hip with its flags,
+ * and the runtime libraries out/train links for the target (or for its
+ * emulation). */
+typedef struct {
+  const char *kernel_cc; /* hipcc, nvcc or the C++ compiler */
+  const char *libs;      /* "" when this build of xmoec lacks the backend */
+  const char *lacking;   /* why libs is empty */
+} gpu_build_t;
+
+static gpu_build_t gpu_build(const compile_t *c) {
+  gpu_build_t b;
+  if (c->a.emulate) {
+    b.kernel_cc = setting("XMOEC_CXX", XM_BUILD_CXX);
+    b.libs = setting("XMOEC_LIBS", XM_BUILD_EMU_LIBS);
+    b.lacking = "";
+  } else if (strcmp(c->target->name, "hip") == 0) {
+    b.kernel_cc = setting("XMOEC_HIPCC", XM_BUILD_HIPCC[0] ? XM_BUILD_HIPCC : "hipcc");
+    b.libs = setting("XMOEC_LIBS", XM_BUILD_HIP_LIBS);
+    b.lacking = "the HIP backend (runtime/hip) was not built: hipcc or the HIP runtime was not "
+                "found when xmoec was configured (scripts/setup.sh installs them)";
+  } else {
+    b.kernel_cc = setting("XMOEC_NVCC", XM_BUILD_NVCC[0] ? XM_BUILD_NVCC : "nvcc");
+    b.libs = setting("XMOEC_LIBS", XM_BUILD_CUDA_LIBS);
+    b.lacking = "the CUDA backend (runtime/cuda) was not built: nvcc or the CUDA runtime was "
+                "not found when xmoec was configured (it is looked for in /usr/local/cuda)";
+  }
+  return b;
+}
+
+/* out/kernels.hip -> out/kernels.o. */
+static void kernel_argv(const compile_t *c, const gpu_build_t *b, const char *src,
+                        const char *obj, argv_t *v) {
+  argv_add(v, b->kernel_cc);
+  if (c->a.emulate) {
+    argv_words(v, setting("XMOEC_CXXFLAGS", XM_BUILD_CXXFLAGS));
+    argv_add(v, strcmp(c->target->name, "hip") == 0 ? "-DXM_EMU_AMD=1" : "-DXM_EMU_AMD=0");
+    argv_add(v, "-x");
+    argv_add(v, "c++");
+  } else if (strcmp(c->target->name, "hip") == 0) {
+    char arch[96];
+    snprintf(arch, sizeof arch, "--offload-arch=%s", c->gpu_arch);
+    argv_add(v, arch);
+    argv_add(v, "-std=c++17");
+    argv_add(v, "-O3");
+    argv_words(v, XM_BUILD_KERNEL_INCLUDES);
+  } else {
+    char arch[96];
+    snprintf(arch, sizeof arch, "-arch=%s", c->gpu_arch);
+    argv_add(v, arch);
+    argv_add(v, "-std=c++17");
+    argv_add(v, "-O3");
+    argv_add(v, "-x");
+    argv_add(v, "cu");
+    argv_words(v, XM_BUILD_KERNEL_INCLUDES);
+  }
+  argv_add(v, "-c");
+  argv_add(v, src);
+  argv_add(v, "-o");
+  argv_add(v, obj);
+}
+
+/* Builds out/train: for a GPU target first out/kernels.o, then the C files
+ * linked with the runtime. */
+static int run_compiler(const compile_t *c) {
+  const compile_args_t *a = &c->a;
+  xm_strbuf_t program, main_c, train, log, ksrc, kobj;
+  xm_strbuf_init(&program), xm_strbuf_init(&main_c), xm_strbuf_init(&train), xm_strbuf_init(&log);
+  xm_strbuf_init(&ksrc), xm_strbuf_init(&kobj);
+  path_join(&program, a->out_dir, "program.c");
+  path_join(&main_c, a->out_dir, "main.c");
+  path_join(&train, a->out_dir, "train");
+  path_join(&log, a->out_dir, "build.log");
+  path_join(&ksrc, a->out_dir, "kernels.hip");
+  path_join(&kobj, a->out_dir, "kernels.o");
+  int rc = 0;
+  argv_t v = {NULL, 0, 0};
+  const char *libs = setting("XMOEC_LIBS", XM_BUILD_LIBS);
+  if (c->target->gpu) {
+    gpu_build_t b = gpu_build(c);
+    libs = b.libs;
+    if (!libs[0]) {
+      fprintf(stderr, "xmoec compile: error: --target %s: %s; the sources are written, or use "
+                      "--emulate to build for the CPU emulation of the GPU\n",
+              c->target->name, b.lacking);
+      rc = 2;
+    } else {
+      kernel_argv(c, &b, xm_strbuf_cstr(&ksrc), xm_strbuf_cstr(&kobj), &v);
+      rc = run_tool(v.v, xm_strbuf_cstr(&log), "GPU kernel compiler", xm_strbuf_cstr(&kobj));
+      argv_free(&v);
+    }
+  }
+  if (!rc) {
+    argv_add(&v, build_cc(a));
+    argv_words(&v, setting("XMOEC_CFLAGS", XM_BUILD_CFLAGS));
+    if (c->target->gpu) {
+      /* program.c includes the generated kernels.h beside it */
+      argv_add(&v, xm_strbuf_cstr(&program));
+      argv_add(&v, xm_strbuf_cstr(&main_c));
+      argv_add(&v, xm_strbuf_cstr(&kobj));
+    } else {
+      argv_add(&v, xm_strbuf_cstr(&program));
+      argv_add(&v, xm_strbuf_cstr(&main_c));
+    }
+    argv_add(&v, "-o");
+    argv_add(&v, xm_strbuf_cstr(&train));
+    argv_words(&v, libs);
+    rc = run_tool(v.v, xm_strbuf_cstr(&log), "C compiler", xm_strbuf_cstr(&train));
+    argv_free(&v);
+  }
   xm_strbuf_free(&program), xm_strbuf_free(&main_c), xm_strbuf_free(&train), xm_strbuf_free(&log);
+  xm_strbuf_free(&ksrc), xm_strbuf_free(&kobj);
   return rc;
 }
 
@@ -426,37 +596,24 @@ static void add_memory(cJSON *o, const xm_mem_report_t *r) {
     cJSON_AddNumberToObject(m, rows[i].key, (double)rows[i].v);
 }
 
-/* Everything one compile reads and produces. */
-typedef struct {
-  compile_args_t a;
-  char *spec_text, *cluster_text;
-  size_t spec_len, cluster_len;
-  xm_spec_t spec;
-  xm_layout_t layout; /* the spec's, with the flags applied; checked */
-  xm_ir_module_t *m;
-  xm_strbuf_t pipeline, program, main_c, config, xir;
-  int64_t fused_gathers, fused_combines; /* module attrs of fuse-permute-gemm */
-  int64_t unfused_activation_bytes;      /* the same program's arena without it */
-  xm_mem_report_t mem;
-  bool planned;             /* the planner chose the layout */
-  xm_plan_candidate_t plan; /* what it chose */
-  int64_t plan_searched, plan_fit;
-  double plan_runner_up;    /* step time of the second best; 0 if none */
-  char plan_runner_up_layout[112];
-} compile_t;
 
 static char *manifest_text(const compile_t *c) {
-  static const char *const k_generated[] = {"program.c", "main.c", "config.json", "model.xir"};
+  static const char *const k_generated[] = {"program.c",  "main.c",    "config.json",
+                                            "model.xir",  "kernels.h", "kernels.hip"};
   static const char *const k_built[] = {"train"};
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "generator", "xmoec 0.1.0");
   cJSON *inputs = cJSON_AddArrayToObject(o, "inputs");
   add_input(inputs, c->a.input, c->spec_text, c->spec_len);
   if (c->a.cluster) add_input(inputs, c->a.cluster, c->cluster_text, c->cluster_len);
-  add_names(o, "generated", k_generated, 4);
+  add_names(o, "generated", k_generated, c->target->gpu ? 6 : 4);
   add_names(o, "built", k_built, c->a.no_build ? 0 : 1);
   cJSON_AddStringToObject(o, "pipeline", xm_strbuf_cstr(&c->pipeline));
-  cJSON_AddStringToObject(o, "target", c->a.target ? c->a.target : "cpu");
+  cJSON_AddStringToObject(o, "target", c->target->name);
+  if (c->target->gpu) {
+    cJSON_AddStringToObject(o, "gpu_arch", c->gpu_arch);
+    cJSON_AddBoolToObject(o, "emulated", c->a.emulate);
+  }
   add_memory(o, &c->mem);
   char *text = cJSON_Print(o);
   cJSON_Delete(o);
@@ -478,6 +635,20 @@ static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
   if (st == XM_OK && c->a.cluster)
     st = xm_spec_load_cluster_text(c->cluster_text, c->cluster_len, c->a.cluster, diag, &c->spec);
   if (st == XM_OK && xm_diag_error_count(diag)) st = XM_ERR_INVALID_INPUT;
+  if (st == XM_OK && c->target->gpu) {
+    const char *arch = c->a.gpu_arch ? c->a.gpu_arch : c->spec.cluster.gpu_arch;
+    if (!arch[0]) arch = c->target->default_arch;
+    if (!xm_codegen_target_arch_ok(c->target, arch)) {
+      /* --gpu-arch was checked with the flags: this one is the cluster's */
+      xm_diag_add(diag, XM_DIAG_ERROR, c->a.cluster ? c->a.cluster : c->a.input,
+                  c->a.cluster ? "/gpu_arch" : "/cluster/gpu_arch",
+                  "'%s' is not a %s architecture (%s)", arch, c->target->name,
+                  strcmp(c->target->name, "hip") == 0 ? "gfx and hex digits, e.g. gfx90a"
+                                                      : "sm_ and digits, e.g. sm_90 or sm_90a");
+      st = XM_ERR_INVALID_INPUT;
+    }
+    snprintf(c->gpu_arch, sizeof c->gpu_arch, "%s", arch);
+  }
   if (st == XM_OK && c->spec.training.dtype == XM_DTYPE_FP16) {
     xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, "/training/dtype",
                 "fp16 training is not built (it needs dynamic loss scaling); use \"bf16\" "
@@ -642,9 +813,12 @@ static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
                             .cluster_path = c->a.cluster,
                             .config_json = xm_strbuf_cstr(&c->config),
                             .pipeline = xm_strbuf_cstr(&c->pipeline)};
-  const xm_codegen_target_t *target = xm_codegen_target_find(c->a.target ? c->a.target : "cpu");
-  XM_RETURN_IF_ERROR(target->program(c->m, &c->spec, &in, diag, &c->program));
-  target->main_c(&in, &c->main_c);
+  if (c->target->gpu)
+    XM_RETURN_IF_ERROR(xm_codegen_program_gpu(c->m, &c->spec, &in, c->target->name, diag,
+                                              &c->program, &c->kernels_h, &c->kernels_src));
+  else
+    XM_RETURN_IF_ERROR(xm_codegen_program_c(c->m, &c->spec, &in, diag, &c->program));
+  xm_codegen_main_c(&in, &c->main_c);
   xm_ir_print(c->m, &c->xir);
   return XM_OK;
 }
@@ -660,6 +834,9 @@ static int write_outputs(compile_t *c) {
   if (!manifest) return 1;
   int rc = write_file(c->a.out_dir, "program.c", xm_strbuf_cstr(&c->program));
   if (!rc) rc = write_file(c->a.out_dir, "main.c", xm_strbuf_cstr(&c->main_c));
+  if (!rc && c->target->gpu) rc = write_file(c->a.out_dir, "kernels.h", xm_strbuf_cstr(&c->kernels_h));
+  if (!rc && c->target->gpu)
+    rc = write_file(c->a.out_dir, "kernels.hip", xm_strbuf_cstr(&c->kernels_src));
   if (!rc) rc = write_file(c->a.out_dir, "config.json", xm_strbuf_cstr(&c->config));
   if (!rc) rc = write_file(c->a.out_dir, "model.xir", xm_strbuf_cstr(&c->xir));
   xm_strbuf_t m;
@@ -741,7 +918,7 @@ static int compile(compile_t *c) {
   path_join(&train, c->a.out_dir, "train");
   fprintf(stderr, "building %s ...\n", xm_strbuf_cstr(&train));
   fflush(stdout);
-  rc = run_compiler(&c->a);
+  rc = run_compiler(c);
   if (!rc) {
     printf("built %s\n", xm_strbuf_cstr(&train));
     int64_t world = xm_layout_world(&c->layout);
@@ -760,6 +937,7 @@ int xm_cmd_compile(int argc, char **argv) {
   if (!c) return 1;
   bool help = false;
   int rc = compile_parse_args(argc, argv, &c->a, &help);
+  c->target = xm_codegen_target_find(c->a.target ? c->a.target : "cpu");
   if (help) {
     compile_usage(stdout);
   } else if (!rc && c->a.print_flags) {
@@ -768,9 +946,11 @@ int xm_cmd_compile(int argc, char **argv) {
   } else if (!rc) {
     xm_strbuf_init(&c->pipeline), xm_strbuf_init(&c->program), xm_strbuf_init(&c->main_c);
     xm_strbuf_init(&c->config), xm_strbuf_init(&c->xir);
+    xm_strbuf_init(&c->kernels_h), xm_strbuf_init(&c->kernels_src);
     rc = compile(c);
     xm_strbuf_free(&c->pipeline), xm_strbuf_free(&c->program), xm_strbuf_free(&c->main_c);
     xm_strbuf_free(&c->config), xm_strbuf_free(&c->xir);
+    xm_strbuf_free(&c->kernels_h), xm_strbuf_free(&c->kernels_src);
   }
   xm_ir_module_destroy(c->m);
   free(c->spec_text);
