@@ -4,8 +4,11 @@
 # is checked first, so no network access happens on a ready machine).
 #
 # Usage: bash scripts/setup.sh
-# Environment: XM_SETUP_GPU=1 also installs the ROCm/HIP group (hipcc,
-# libamdhip64-dev, rocm-device-libs), which only the GPU backend needs.
+# The ROCm/HIP group (hipcc, libamdhip64-dev, rocm-device-libs: Debian's
+# ROCm 5.2) builds the HIP backend and compiles out/kernels.hip for AMD GPUs
+# with no GPU present; XM_SETUP_GPU=0 leaves it out (the HIP target is then
+# skipped, and says so). nvcc is not a Debian package: the CUDA target is
+# built where /usr/local/cuda (or CUDA_HOME) has it.
 # Runs as root directly (CI) and through sudo otherwise. OpenMP: gcc brings
 # libgomp; libomp-19-dev is the runtime of the clang-19 sanitizer build.
 # python3-torch and python3-numpy are the independent reference of the
@@ -24,7 +27,7 @@ packages=(
   python3 python3-torch python3-numpy
 )
 gpu_packages=(hipcc libamdhip64-dev rocm-device-libs)
-if [[ "${XM_SETUP_GPU:-0}" == "1" ]]; then
+if [[ "${XM_SETUP_GPU:-1}" == "1" ]]; then
   packages+=("${gpu_packages[@]}")
 fi
 

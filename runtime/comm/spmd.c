@@ -68,6 +68,33 @@ static void *alloc_or_fail(const xm_rt_exec_t *x, int64_t n, size_t size, const 
   return p;
 }
 
+/* ---- staging through host memory ------------------------------------------
+ * The collectives below work on host memory. A backend whose memory the
+ * host cannot address (host_visible 0: the HIP and CUDA backends, and the
+ * emulated one, which says so to take this path) gets each call's buffers
+ * staged: the exec's stream is synchronised, the inputs are copied to host
+ * buffers, the collective runs on them, and the outputs are copied back and
+ * waited for before the host buffers go. That is the fallback transport of
+ * docs/design.md (The GPU path); a device-aware transport passes device
+ * pointers straight through. */
+static int staged(const xm_rt_exec_t *x) { return x->be && !x->be->host_visible; }
+
+/* A host copy of `bytes` of device memory (after the stream is done), or a
+ * zeroed buffer when dev is NULL. */
+static void *h_get(xm_rt_exec_t *x, const void *dev, size_t bytes, const char *what) {
+  void *h = calloc(1, bytes ? bytes : 1);
+  if (!h) xm_rt_fail(x, "%s: out of host memory for %zu bytes of staging", what, bytes);
+  if (dev && bytes) x->be->copy_d2h(x->be, h, dev, bytes, x->stream);
+  x->be->sync(x->be, x->stream);
+  return h;
+}
+
+/* Copies a host buffer back to the device and waits for it. */
+static void h_put(xm_rt_exec_t *x, void *dev, const void *h, size_t bytes) {
+  if (bytes) x->be->copy_h2d(x->be, dev, h, bytes, x->stream);
+  x->be->sync(x->be, x->stream);
+}
+
 /* ---- the ring model of docs/traffic.md for what this file moves ----------- */
 
 /* bytes of member g->index split over its two ring neighbours (half each
@@ -89,7 +116,7 @@ static void ring_traffic(xm_rt_comm_t *c, const xm_rt_comm_group_t *g, xm_rt_pha
 
 /* ---- reductions and gathers --------------------------------------------------- */
 
-void xm_rt_all_reduce(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
+static void host_all_reduce(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
                       int64_t n) {
   (void)layer; /* the communicator's reductions carry no layer */
   const xm_rt_comm_group_t *g = group_of(x, group, "all_reduce");
@@ -112,7 +139,7 @@ static int64_t ring_all_reduce_elems(int64_t n, int P, int i) {
   return (n - own) + (n - next);
 }
 
-void xm_rt_all_reduce_i32(xm_rt_exec_t *x, int group, int layer, int32_t *buf, int64_t n) {
+static void host_all_reduce_i32(xm_rt_exec_t *x, int group, int layer, int32_t *buf, int64_t n) {
   (void)layer; /* reductions are accounted without a layer, like the float ones */
   const xm_rt_comm_group_t *g = group_of(x, group, "all_reduce_i32");
   if (n < 0 || (n > 0 && !buf))
@@ -152,19 +179,19 @@ static void gather_like(xm_rt_exec_t *x, int group, const char *what, gather_lik
                xm_status_name(st));
 }
 
-void xm_rt_all_gather(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
+static void host_all_gather(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
                       int64_t n) {
   (void)layer;
   gather_like(x, group, "all_gather", xm_rt_comm_all_gather, in, out, n);
 }
 
-void xm_rt_reduce_scatter(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
+static void host_reduce_scatter(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
                           int64_t n) {
   (void)layer;
   gather_like(x, group, "reduce_scatter", xm_rt_comm_reduce_scatter, in, out, n);
 }
 
-void xm_rt_narrow(xm_rt_exec_t *x, int group, const void *in, void *out, int64_t n,
+static void host_narrow(xm_rt_exec_t *x, int group, const void *in, void *out, int64_t n,
                   int64_t elem_bytes) {
   int64_t index = xm_rt_group_index(x, group);
   if (n < 0 || elem_bytes <= 0 || (n > 0 && (!in || !out)))
@@ -177,7 +204,7 @@ void xm_rt_narrow(xm_rt_exec_t *x, int group, const void *in, void *out, int64_t
 
 /* ---- the expert all-to-all ------------------------------------------------------ */
 
-void xm_rt_exchange_counts(xm_rt_exec_t *x, int group, int layer, const int32_t *send,
+static void host_exchange_counts(xm_rt_exec_t *x, int group, int layer, const int32_t *send,
                            int32_t *recv, int32_t *tpe, int64_t L) {
   const xm_rt_comm_group_t *g = group_of(x, group, "exchange_counts");
   int64_t P = g ? g->size : 1;
@@ -226,7 +253,7 @@ static int64_t row_sums(const xm_rt_exec_t *x, const int32_t *counts, int64_t P,
   return total;
 }
 
-int64_t xm_rt_all_to_all(xm_rt_exec_t *x, int group, int phase, int layer, const float *send,
+static int64_t host_all_to_all(xm_rt_exec_t *x, int group, int phase, int layer, const float *send,
                          const int32_t *send_counts, const int32_t *recv_counts, int64_t L,
                          int64_t width, float *recv, int64_t recv_bound) {
   const xm_rt_comm_group_t *g = group_of(x, group, "all_to_all");
@@ -311,7 +338,7 @@ static int *chunk_counts(const xm_rt_exec_t *x, int64_t n, int64_t P, const char
   return cnt;
 }
 
-void xm_rt_zero_reduce_scatter(xm_rt_exec_t *x, int group, const float *grad, int64_t n,
+static void host_zero_reduce_scatter(xm_rt_exec_t *x, int group, const float *grad, int64_t n,
                                float *chunk) {
   const xm_rt_comm_group_t *g = group_of(x, group, "zero_reduce_scatter");
   int64_t P = g ? g->size : 1, i = g ? g->index : 0;
@@ -333,7 +360,7 @@ void xm_rt_zero_reduce_scatter(xm_rt_exec_t *x, int group, const float *grad, in
   if (c > own) memset(chunk + own, 0, (size_t)(c - own) * sizeof(float));
 }
 
-void xm_rt_zero_gather(xm_rt_exec_t *x, int group, float *param, int64_t n) {
+static void host_zero_gather(xm_rt_exec_t *x, int group, float *param, int64_t n) {
   const xm_rt_comm_group_t *g = group_of(x, group, "zero_gather");
   if (n < 0 || (n > 0 && !param))
     xm_rt_fail(x, "zero_gather: %lld elements at %p", (long long)n, (void *)param);
@@ -347,4 +374,146 @@ void xm_rt_zero_gather(xm_rt_exec_t *x, int group, float *param, int64_t n) {
   MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, n > 0 ? param : &dummy, cnt, cnt + P,
                  MPI_FLOAT, g->comm);
   free(cnt);
+}
+
+/* ---- the entry points: host memory, or staged -------------------------------- */
+
+static int64_t members(const xm_rt_exec_t *x, int group) { return xm_rt_group_size(x, group); }
+
+void xm_rt_all_reduce(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
+                      int64_t n) {
+  if (!staged(x) || n <= 0) {
+    if (staged(x)) host_all_reduce(x, group, layer, NULL, NULL, 0);
+    else host_all_reduce(x, group, layer, in, out, n);
+    return;
+  }
+  size_t b = (size_t)n * sizeof(float);
+  float *h = h_get(x, in, b, "all_reduce");
+  host_all_reduce(x, group, layer, h, h, n);
+  h_put(x, out, h, b);
+  free(h);
+}
+
+void xm_rt_all_reduce_i32(xm_rt_exec_t *x, int group, int layer, int32_t *buf, int64_t n) {
+  if (!staged(x) || n <= 0) {
+    host_all_reduce_i32(x, group, layer, staged(x) ? NULL : buf, staged(x) ? 0 : n);
+    return;
+  }
+  size_t b = (size_t)n * sizeof(int32_t);
+  int32_t *h = h_get(x, buf, b, "all_reduce_i32");
+  host_all_reduce_i32(x, group, layer, h, n);
+  h_put(x, buf, h, b);
+  free(h);
+}
+
+void xm_rt_all_gather(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
+                      int64_t n) {
+  if (!staged(x) || n <= 0) {
+    host_all_gather(x, group, layer, staged(x) ? NULL : in, staged(x) ? NULL : out,
+                    staged(x) ? 0 : n);
+    return;
+  }
+  size_t b = (size_t)n * sizeof(float), P = (size_t)members(x, group);
+  float *hi = h_get(x, in, b, "all_gather"), *ho = h_get(x, NULL, b * P, "all_gather");
+  host_all_gather(x, group, layer, hi, ho, n);
+  h_put(x, out, ho, b * P);
+  free(hi);
+  free(ho);
+}
+
+void xm_rt_reduce_scatter(xm_rt_exec_t *x, int group, int layer, const float *in, float *out,
+                          int64_t n) {
+  if (!staged(x) || n <= 0) {
+    host_reduce_scatter(x, group, layer, staged(x) ? NULL : in, staged(x) ? NULL : out,
+                        staged(x) ? 0 : n);
+    return;
+  }
+  size_t b = (size_t)n * sizeof(float), P = (size_t)members(x, group);
+  float *hi = h_get(x, in, b * P, "reduce_scatter"), *ho = h_get(x, NULL, b, "reduce_scatter");
+  host_reduce_scatter(x, group, layer, hi, ho, n);
+  h_put(x, out, ho, b);
+  free(hi);
+  free(ho);
+}
+
+void xm_rt_narrow(xm_rt_exec_t *x, int group, const void *in, void *out, int64_t n,
+                  int64_t elem_bytes) {
+  if (!staged(x)) {
+    host_narrow(x, group, in, out, n, elem_bytes);
+    return;
+  }
+  int64_t index = xm_rt_group_index(x, group);
+  if (n < 0 || elem_bytes <= 0 || (n > 0 && (!in || !out)))
+    xm_rt_fail(x, "narrow: %lld elements of %lld bytes at %p -> %p", (long long)n,
+               (long long)elem_bytes, in, out);
+  if (n > 0)
+    x->be->copy_d2d(x->be, out, (const unsigned char *)in + index * n * elem_bytes,
+                    (size_t)(n * elem_bytes), x->stream);
+}
+
+void xm_rt_exchange_counts(xm_rt_exec_t *x, int group, int layer, const int32_t *send,
+                           int32_t *recv, int32_t *tpe, int64_t L) {
+  if (!staged(x) || L < 1 || !send || !recv || !tpe) {
+    host_exchange_counts(x, group, layer, send, recv, tpe, L);
+    return;
+  }
+  size_t b = (size_t)(members(x, group) * L) * sizeof(int32_t), bl = (size_t)L * sizeof(int32_t);
+  int32_t *hs = h_get(x, send, b, "exchange_counts"), *hr = h_get(x, NULL, b, "exchange_counts");
+  int32_t *ht = h_get(x, NULL, bl, "exchange_counts");
+  host_exchange_counts(x, group, layer, hs, hr, ht, L);
+  h_put(x, recv, hr, b);
+  h_put(x, tpe, ht, bl);
+  free(hs);
+  free(hr);
+  free(ht);
+}
+
+int64_t xm_rt_all_to_all(xm_rt_exec_t *x, int group, int phase, int layer, const float *send,
+                         const int32_t *send_counts, const int32_t *recv_counts, int64_t L,
+                         int64_t width, float *recv, int64_t recv_bound) {
+  if (!staged(x) || L < 1 || width < 1 || recv_bound < 0 || !send_counts || !recv_counts)
+    return host_all_to_all(x, group, phase, layer, send, send_counts, recv_counts, L, width, recv,
+                           recv_bound);
+  int64_t P = members(x, group);
+  size_t bc = (size_t)(P * L) * sizeof(int32_t);
+  int32_t *hsc = h_get(x, send_counts, bc, "all_to_all");
+  int32_t *hrc = h_get(x, recv_counts, bc, "all_to_all");
+  int64_t sent = 0;
+  for (int64_t i = 0; i < P * L; i++) sent += hsc[i] > 0 ? hsc[i] : 0;
+  size_t bs = (size_t)(sent * width) * sizeof(float), br = (size_t)(recv_bound * width) * sizeof(float);
+  float *hs = h_get(x, sent ? send : NULL, bs, "all_to_all");
+  float *hr = h_get(x, NULL, br, "all_to_all");
+  int64_t got = host_all_to_all(x, group, phase, layer, hs, hsc, hrc, L, width, hr, recv_bound);
+  h_put(x, recv, hr, (size_t)(got * width) * sizeof(float));
+  free(hsc);
+  free(hrc);
+  free(hs);
+  free(hr);
+  return got;
+}
+
+void xm_rt_zero_reduce_scatter(xm_rt_exec_t *x, int group, const float *grad, int64_t n,
+                               float *chunk) {
+  if (!staged(x) || n <= 0 || !grad || !chunk || grad == chunk) {
+    host_zero_reduce_scatter(x, group, grad, n, chunk);
+    return;
+  }
+  int64_t c = xm_rt_chunk(n, members(x, group));
+  float *hg = h_get(x, grad, (size_t)n * sizeof(float), "zero_reduce_scatter");
+  float *hc = h_get(x, NULL, (size_t)c * sizeof(float), "zero_reduce_scatter");
+  host_zero_reduce_scatter(x, group, hg, n, hc);
+  h_put(x, chunk, hc, (size_t)c * sizeof(float));
+  free(hg);
+  free(hc);
+}
+
+void xm_rt_zero_gather(xm_rt_exec_t *x, int group, float *param, int64_t n) {
+  if (!staged(x) || n <= 0 || !param) {
+    host_zero_gather(x, group, param, n);
+    return;
+  }
+  float *h = h_get(x, param, (size_t)n * sizeof(float), "zero_gather");
+  host_zero_gather(x, group, h, n);
+  h_put(x, param, h, (size_t)n * sizeof(float));
+  free(h);
 }

@@ -333,7 +333,7 @@ static float *move_records(xm_rt_exec_t *x, rbd_record_t *r, const float *tokens
   return rec;
 }
 
-int64_t xm_rt_rbd_dispatch(xm_rt_exec_t *x, int slot, int layer, const float *tokens,
+static int64_t host_rbd_dispatch(xm_rt_exec_t *x, int slot, int layer, const float *tokens,
                            const int32_t *experts, const float *weights, int64_t T, int64_t k,
                            int64_t H, int64_t E, float *rows, int32_t *tpe, int64_t bound) {
   if (xm_rt_fault(x, "arena")) bound = 0; /* tests: a plan too small for the routing */
@@ -421,7 +421,7 @@ static void require_buffers(xm_rt_exec_t *x, int layer, const char *what, int ok
   if (!ok) xm_rt_fail(x, "%s (layer %d): a null buffer", what, layer);
 }
 
-void xm_rt_rbd_combine(xm_rt_exec_t *x, int slot, int layer, const float *rows, float *out) {
+static void host_rbd_combine(xm_rt_exec_t *x, int slot, int layer, const float *rows, float *out) {
   rbd_record_t *r = record_get(x, slot, layer, "rbd_combine");
   require_buffers(x, layer, "rbd_combine", (r->local.num_slots == 0 || rows) && (r->T == 0 || out));
   float *partial =
@@ -431,7 +431,7 @@ void xm_rt_rbd_combine(xm_rt_exec_t *x, int slot, int layer, const float *rows, 
   free(partial);
 }
 
-void xm_rt_rbd_combine_grad(xm_rt_exec_t *x, int slot, int layer, const float *dout,
+static void host_rbd_combine_grad(xm_rt_exec_t *x, int slot, int layer, const float *dout,
                             const float *rows, float *drows, float *dweights) {
   rbd_record_t *r = record_get(x, slot, layer, "rbd_combine_grad");
   int64_t M = r->local.num_slots, H = r->H, k = r->k;
@@ -458,7 +458,7 @@ void xm_rt_rbd_combine_grad(xm_rt_exec_t *x, int slot, int layer, const float *d
   free(dw);
 }
 
-void xm_rt_rbd_dispatch_grad(xm_rt_exec_t *x, int slot, int layer, const float *drows, float *dx) {
+static void host_rbd_dispatch_grad(xm_rt_exec_t *x, int slot, int layer, const float *drows, float *dx) {
   rbd_record_t *r = record_get(x, slot, layer, "rbd_dispatch_grad");
   int64_t M = r->local.num_slots, H = r->H, k = r->k;
   require_buffers(x, layer, "rbd_dispatch_grad", (M == 0 || drows) && (r->T == 0 || dx));
@@ -471,6 +471,98 @@ void xm_rt_rbd_dispatch_grad(xm_rt_exec_t *x, int slot, int layer, const float *
   }
   return_path(x, r, layer, H, partial, dx);
   free(partial);
+}
+
+/* ---- staging through host memory ----
+ * As the collectives of runtime/comm/spmd.c: with a backend whose memory the
+ * host cannot address, each call's device buffers are copied to host
+ * buffers (after the stream is done), the call runs on them, and its
+ * outputs are copied back and waited for. */
+static int staged(const xm_rt_exec_t *x) { return x->be && !x->be->host_visible; }
+
+static void *h_get(xm_rt_exec_t *x, const void *dev, int64_t n, size_t size, const char *what) {
+  size_t bytes = (size_t)(n > 0 ? n : 0) * size;
+  void *h = calloc(1, bytes ? bytes : 1);
+  if (!h) xm_rt_fail(x, "%s: out of host memory for %zu bytes of staging", what, bytes);
+  if (dev && bytes) x->be->copy_d2h(x->be, h, dev, bytes, x->stream);
+  x->be->sync(x->be, x->stream);
+  return h;
+}
+
+static void h_put(xm_rt_exec_t *x, void *dev, const void *h, int64_t n, size_t size) {
+  if (dev && n > 0) x->be->copy_h2d(x->be, dev, h, (size_t)n * size, x->stream);
+  x->be->sync(x->be, x->stream);
+}
+
+int64_t xm_rt_rbd_dispatch(xm_rt_exec_t *x, int slot, int layer, const float *tokens,
+                           const int32_t *experts, const float *weights, int64_t T, int64_t k,
+                           int64_t H, int64_t E, float *rows, int32_t *tpe, int64_t bound) {
+  if (!staged(x) || T < 0 || k < 1 || H < 1 || E < 1 || k > E || bound < 0)
+    return host_rbd_dispatch(x, slot, layer, tokens, experts, weights, T, k, H, E, rows, tpe,
+                             bound);
+  const char *what = "rbd_dispatch";
+  float *ht = h_get(x, tokens, mul(x, T, H, "the tokens"), sizeof(float), what);
+  int32_t *he = h_get(x, experts, mul(x, T, k, "the routing"), sizeof(int32_t), what);
+  float *hw = h_get(x, weights, T * k, sizeof(float), what);
+  float *hr = h_get(x, NULL, mul(x, bound, H, "the rows"), sizeof(float), what);
+  int32_t *hp = h_get(x, NULL, E, sizeof(int32_t), what);
+  int64_t M = host_rbd_dispatch(x, slot, layer, ht, he, hw, T, k, H, E, rows ? hr : NULL,
+                                tpe ? hp : NULL, bound);
+  const rbd_record_t *r = record_get(x, slot, layer, what);
+  h_put(x, rows, hr, M * H, sizeof(float));
+  h_put(x, tpe, hp, E / r->cfg.ep, sizeof(int32_t));
+  free(ht), free(he), free(hw), free(hr), free(hp);
+  return M;
+}
+
+void xm_rt_rbd_combine(xm_rt_exec_t *x, int slot, int layer, const float *rows, float *out) {
+  if (!staged(x)) {
+    host_rbd_combine(x, slot, layer, rows, out);
+    return;
+  }
+  const char *what = "rbd_combine";
+  const rbd_record_t *r = record_get(x, slot, layer, what);
+  int64_t M = r->local.num_slots, T = r->T, H = r->H;
+  float *hr = h_get(x, rows, M * H, sizeof(float), what);
+  float *ho = h_get(x, NULL, T * H, sizeof(float), what);
+  host_rbd_combine(x, slot, layer, rows ? hr : NULL, out ? ho : NULL);
+  h_put(x, out, ho, T * H, sizeof(float));
+  free(hr), free(ho);
+}
+
+void xm_rt_rbd_combine_grad(xm_rt_exec_t *x, int slot, int layer, const float *dout,
+                            const float *rows, float *drows, float *dweights) {
+  if (!staged(x)) {
+    host_rbd_combine_grad(x, slot, layer, dout, rows, drows, dweights);
+    return;
+  }
+  const char *what = "rbd_combine_grad";
+  const rbd_record_t *r = record_get(x, slot, layer, what);
+  int64_t M = r->local.num_slots, T = r->T, H = r->H, k = r->k;
+  float *hd = h_get(x, dout, T * H, sizeof(float), what);
+  float *hr = h_get(x, rows, M * H, sizeof(float), what);
+  float *hdr = h_get(x, NULL, M * H, sizeof(float), what);
+  float *hdw = h_get(x, NULL, T * k, sizeof(float), what);
+  host_rbd_combine_grad(x, slot, layer, dout ? hd : NULL, rows ? hr : NULL, drows ? hdr : NULL,
+                        dweights ? hdw : NULL);
+  h_put(x, drows, hdr, M * H, sizeof(float));
+  h_put(x, dweights, hdw, T * k, sizeof(float));
+  free(hd), free(hr), free(hdr), free(hdw);
+}
+
+void xm_rt_rbd_dispatch_grad(xm_rt_exec_t *x, int slot, int layer, const float *drows, float *dx) {
+  if (!staged(x)) {
+    host_rbd_dispatch_grad(x, slot, layer, drows, dx);
+    return;
+  }
+  const char *what = "rbd_dispatch_grad";
+  const rbd_record_t *r = record_get(x, slot, layer, what);
+  int64_t M = r->local.num_slots, T = r->T, H = r->H;
+  float *hd = h_get(x, drows, M * H, sizeof(float), what);
+  float *hx = h_get(x, NULL, T * H, sizeof(float), what);
+  host_rbd_dispatch_grad(x, slot, layer, drows ? hd : NULL, dx ? hx : NULL);
+  h_put(x, dx, hx, T * H, sizeof(float));
+  free(hd), free(hx);
 }
 
 /* ---- statistics and cleanup ---- */

@@ -80,6 +80,10 @@ typedef struct {
   ptrs_t dev, host;     /* the entry's buffers */
   int64_t guard_floats; /* of the current case's fused scratch */
   jmp_buf bail;         /* where an alloc failure ends the entry */
+  /* The entry's largest errors over every float compared: absolute,
+   * relative (elements with |want| >= 1e-6), and as a share of the
+   * element's tolerance (at most 1 when the entry passes). */
+  double max_abs, max_rel, max_share;
 } cx_t;
 
 static void ptrs_push(ptrs_t *v, void *p) {
@@ -226,14 +230,26 @@ static int close_enough(float got, float want, tol_t t) {
   return d <= t.atol + t.rtol * fabs((double)want);
 }
 
+/* Keeps the entry's largest errors (cx_t max_*). */
+static void note_err(cx_t *c, float got, float want, tol_t t) {
+  if (isnan(got) || isnan(want) || isinf(want)) return;
+  double d = fabs((double)got - (double)want), w = fabs((double)want);
+  double bound = t.atol + t.rtol * w;
+  if (d > c->max_abs) c->max_abs = d;
+  if (w >= 1e-6 && d / w > c->max_rel) c->max_rel = d / w;
+  if (bound > 0 && d / bound > c->max_share) c->max_share = d / bound;
+}
+
 static int cmp_f(cx_t *c, const char *what, const float *got, const float *want, int64_t n,
                  tol_t t) {
-  for (int64_t i = 0; i < n; i++)
+  for (int64_t i = 0; i < n; i++) {
+    note_err(c, got[i], want[i], t);
     if (!close_enough(got[i], want[i], t)) {
       fail(c, "%s first mismatch at index %lld: got %.9g want %.9g (tol %g + %g|want|)", what,
            (long long)i, got[i], want[i], t.atol, t.rtol);
       return 1;
     }
+  }
   return 0;
 }
 
@@ -1656,6 +1672,7 @@ static void chk_b(cx_t *c, const char *what, const xm_bf16_t *dev, const xm_bf16
   const xm_bf16_t *got = dget16(c, dev, n);
   for (int64_t i = 0; i < n; i++) {
     float g = xm_ref_bf16_widen(got[i]), w = xm_ref_bf16_widen(want[i]);
+    note_err(c, g, w, t);
     if (!close_enough(g, w, t)) {
       fail(c,
            "%s first mismatch at index %lld: got %.9g (0x%04x) want %.9g (0x%04x) (tol %g + "
@@ -2285,6 +2302,7 @@ static int run_entry(cx_t *c, const entry_t *e, int is_kernel) {
   c->cases = c->failed_cases = c->case_failed = 0;
   c->first[0] = '\0';
   c->case_desc[0] = '\0';
+  c->max_abs = c->max_rel = c->max_share = 0.0;
   if (is_kernel && kernel_present(c->be->kernels, e->name) != 1) {
     fprintf(c->log, "FAIL %s: the backend's kernel table has no function for it\n", e->name);
     return 1;
@@ -2295,7 +2313,11 @@ static int run_entry(cx_t *c, const entry_t *e, int is_kernel) {
     fprintf(c->log, "FAIL %s %d/%d cases: %s\n", e->name, c->failed_cases, c->cases, c->first);
     return 1;
   }
-  fprintf(c->log, "ok %s %d cases\n", e->name, c->cases);
+  if (is_kernel)
+    fprintf(c->log, "ok %s %d cases (max error: abs %.2e, rel %.2e, %.2f of the tolerance)\n",
+            e->name, c->cases, c->max_abs, c->max_rel, c->max_share);
+  else
+    fprintf(c->log, "ok %s %d cases\n", e->name, c->cases);
   return 0;
 }
 

@@ -34,7 +34,12 @@ xm_rt_kernels_t xm_g_table;
 extern "C" const xm_rt_kernels_t *xm_rt_emu_kernel_table(void) { return &xm_g_table; }
 EOT
   $CXX -std=c++17 "${flags[@]}" -DXM_EMU_AMD=$amd -c "$out/table_$t.cpp" -o "$out/table_$t.o"
-  [[ -f "$out/common.stamp" ]] || {
+  stale=1
+  if [[ -f "$out/common.stamp" ]]; then
+    stale=$(find "$root/runtime/emu" "$root/tests/backend" "$root/runtime/abi" -newer "$out/common.stamp" \
+            -type f | head -1 | wc -l)
+  fi
+  ((stale == 0)) || {
     $CXX -std=c++17 "${flags[@]}" -c "$root/runtime/emu/emu.cpp" -o "$out/emu.o"
     for c in runtime/emu/backend.c tests/backend/test_emu_backend.c tests/backend/conformance.c \
              tests/backend/reference.c; do

@@ -479,6 +479,27 @@ static void kernel_argv(const compile_t *c, const gpu_build_t *b, const char *sr
   argv_add(v, obj);
 }
 
+/* --print-build-flags: what a build of this target runs. For a GPU target
+ * also kernel_cc: and kernel_flags: (the compile of out/kernels.hip, whose
+ * source and object follow the flags). */
+static void print_build_flags(compile_t *c) {
+  const char *libs = setting("XMOEC_LIBS", XM_BUILD_LIBS);
+  if (c->target->gpu) {
+    snprintf(c->gpu_arch, sizeof c->gpu_arch, "%s",
+             c->a.gpu_arch ? c->a.gpu_arch : c->target->default_arch);
+    gpu_build_t b = gpu_build(c);
+    argv_t v = {NULL, 0, 0};
+    kernel_argv(c, &b, "", "", &v);
+    printf("kernel_cc: %s\nkernel_flags:", v.v[0]);
+    for (int i = 1; i + 4 < v.n; i++) printf(" %s", v.v[i]); /* up to "-c SRC -o OBJ" */
+    printf("\n");
+    argv_free(&v);
+    libs = b.libs;
+  }
+  printf("cc: %s\ncflags: %s\nlibs: %s\n", build_cc(&c->a),
+         setting("XMOEC_CFLAGS", XM_BUILD_CFLAGS), libs);
+}
+
 /* Builds out/train: for a GPU target first out/kernels.o, then the C files
  * linked with the runtime. */
 static int run_compiler(const compile_t *c) {
@@ -941,8 +962,7 @@ int xm_cmd_compile(int argc, char **argv) {
   if (help) {
     compile_usage(stdout);
   } else if (!rc && c->a.print_flags) {
-    printf("cc: %s\ncflags: %s\nlibs: %s\n", build_cc(&c->a),
-           setting("XMOEC_CFLAGS", XM_BUILD_CFLAGS), setting("XMOEC_LIBS", XM_BUILD_LIBS));
+    print_build_flags(c);
   } else if (!rc) {
     xm_strbuf_init(&c->pipeline), xm_strbuf_init(&c->program), xm_strbuf_init(&c->main_c);
     xm_strbuf_init(&c->config), xm_strbuf_init(&c->xir);
