@@ -14,6 +14,7 @@
 #ifndef XM_RUNTIME_PROGRAM_H
 #define XM_RUNTIME_PROGRAM_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "runtime/abi/backend.h"
@@ -162,8 +163,13 @@ static inline void xm_rt_read(const xm_rt_exec_t *x, void *host, const void *dev
 extern const xm_rt_program_t xm_program;
 
 /* min(1, clip / (sqrt(norm_sq) + 1e-6)); 1 when clip <= 0 (PyTorch's
- * clip_grad_norm_). */
-float xm_rt_clip_coef(float norm_sq, float clip);
+ * clip_grad_norm_). A host computation of the step function, the same for
+ * every backend. */
+static inline float xm_rt_clip_coef(float norm_sq, float clip) {
+  if (!(clip > 0.0f)) return 1.0f;
+  double coef = (double)clip / (sqrt((double)norm_sq) + 1e-6);
+  return coef < 1.0 ? (float)coef : 1.0f;
+}
 
 /* Stops the program from generated code (a data-dependent size over the
  * bound the memory plan reserved, ...): prints "xmoec: rank R: <message>"

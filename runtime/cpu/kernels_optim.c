@@ -139,9 +139,3 @@ void xm_k_aux_free_update(float *bias, const int32_t *load, int64_t E, float gam
     bias[e] += gamma * sign;
   }
 }
-
-float xm_rt_clip_coef(float norm_sq, float clip) {
-  if (!(clip > 0.0f)) return 1.0f;
-  double coef = (double)clip / (sqrt((double)norm_sq) + 1e-6);
-  return coef < 1.0 ? (float)coef : 1.0f;
-}

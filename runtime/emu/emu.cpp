@@ -1,7 +1,7 @@
 /* runtime/emu/emu.cpp — the GPU execution model on the CPU (runtime/emu/emu.h).
  *
  * Blocks are shared among the OpenMP threads; one OS thread runs one block
- * from start to end. The block's GPU threads are ucontext fibers on stacks
+ * from start to end. The block's GPU threads are fibers on stacks
  * of XM_EMU_STACK bytes (with a guard page below, so an overflow stops
  * with SIGSEGV instead of corrupting a neighbour), kept per OS thread and
  * reused from launch to launch. A round-robin scheduler resumes every
@@ -11,6 +11,12 @@
  * can go on and some have not ended, the threads wait at barriers that
  * cannot complete: the kernel has a divergent barrier, and the emulator
  * says where and exits with code 70.
+ *
+ * A switch on x86-64 saves and restores the callee-saved registers, the
+ * stack pointer and the SSE / x87 control words (xm_emu_switch below, about
+ * 20 instructions); elsewhere it is ucontext's swapcontext, which also
+ * saves the signal mask with a system call and is 10 to 20 times slower
+ * (the tiny sample's step spent 80% of its time there).
  *
  * AddressSanitizer follows the fibers through its fiber-switch hooks.
  */
@@ -27,6 +33,44 @@
 
 #include <atomic>
 #include <vector>
+
+#if defined(__x86_64__) && !defined(XM_EMU_UCONTEXT)
+#define XM_EMU_ASM_SWITCH 1
+/* xm_emu_switch(save, to): pushes rbp, rbx, r12-r15 and the MXCSR and x87
+ * control words on the current stack, stores the stack pointer in *save,
+ * loads `to` and pops the same from there. A new fiber's stack is laid out
+ * as if it had been switched away from just before entering its entry
+ * function (fiber_stack_init). */
+extern "C" void xm_emu_switch(void **save, void *to);
+__asm__(".text\n"
+        ".globl xm_emu_switch\n"
+        ".type xm_emu_switch,@function\n"
+        "xm_emu_switch:\n"
+        "  pushq %rbp\n"
+        "  pushq %rbx\n"
+        "  pushq %r12\n"
+        "  pushq %r13\n"
+        "  pushq %r14\n"
+        "  pushq %r15\n"
+        "  subq $8, %rsp\n"
+        "  stmxcsr (%rsp)\n"
+        "  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n"
+        "  fldcw 4(%rsp)\n"
+        "  addq $8, %rsp\n"
+        "  popq %r15\n"
+        "  popq %r14\n"
+        "  popq %r13\n"
+        "  popq %r12\n"
+        "  popq %rbx\n"
+        "  popq %rbp\n"
+        "  ret\n"
+        ".size xm_emu_switch,.-xm_emu_switch\n"
+        ".section .note.GNU-stack,\"\",@progbits\n"
+        ".text\n");
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define XM_EMU_ASAN 1
@@ -50,10 +94,15 @@ constexpr int kMaxThreads = 1024;
 enum State { READY, AT_BLOCK, AT_WARP, DONE };
 
 struct Fiber {
+#ifdef XM_EMU_ASM_SWITCH
+  void *sp; /* saved stack pointer while switched away */
+#else
   ucontext_t ctx;
+#endif
   xm_emu_thread_t t;
   State state;
   uint64_t gen; /* the barrier generation it waits to see pass */
+  uint64_t exchanges; /* warp exchanges so far: their parity picks the slot bank */
   char *stack;  /* usable bottom (above the guard page) */
 #ifdef XM_EMU_ASAN
   void *fake;
@@ -72,8 +121,16 @@ struct Block {
   int site_line;
   std::vector<int> warp_live, warp_arrived;
   std::vector<uint64_t> warp_gen;
-  std::vector<uint32_t> slots; /* XM_EMU_MAX_WORDS per thread */
+  /* Two banks of XM_EMU_MAX_WORDS words per thread: exchange g of a warp
+   * uses bank g % 2, so one warp barrier per exchange suffices (a lane can
+   * only write bank g % 2 again at exchange g + 2, after every lane has
+   * passed exchange g + 1's barrier, i.e. finished reading exchange g). */
+  std::vector<uint32_t> slots;
+#ifdef XM_EMU_ASM_SWITCH
+  void *sched_sp;
+#else
   ucontext_t sched;
+#endif
   Fiber *cur;
 #ifdef XM_EMU_ASAN
   void *sched_fake;
@@ -111,7 +168,11 @@ void yield_to_sched(Block *b, Fiber *f) {
 #ifdef XM_EMU_ASAN
   __sanitizer_start_switch_fiber(&f->fake, b->sched_bottom, b->sched_size);
 #endif
+#ifdef XM_EMU_ASM_SWITCH
+  xm_emu_switch(&f->sp, b->sched_sp);
+#else
   swapcontext(&f->ctx, &b->sched);
+#endif
 #ifdef XM_EMU_ASAN
   __sanitizer_finish_switch_fiber(f->fake, &b->sched_bottom, &b->sched_size);
 #endif
@@ -150,8 +211,33 @@ void fiber_main(int lo, int hi) {
 #ifdef XM_EMU_ASAN
   __sanitizer_start_switch_fiber(NULL, b->sched_bottom, b->sched_size);
 #endif
-  /* returns to uc_link: the scheduler */
+#ifdef XM_EMU_ASM_SWITCH
+  void *dead;
+  xm_emu_switch(&dead, b->sched_sp); /* never resumed */
+  __builtin_unreachable();
+#endif
+  /* ucontext: returns to uc_link, the scheduler */
 }
+
+#ifdef XM_EMU_ASM_SWITCH
+extern "C" void xm_emu_fiber_entry(void) { fiber_main(0, 0); }
+
+/* The initial frame of a fiber: what xm_emu_switch pops, then the entry
+ * function's address for its `ret`, then a null return address for the
+ * entry function (entered with the stack 8 bytes off 16, as after a call). */
+void *fiber_stack_init(char *stack, size_t size) {
+  uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
+  uint64_t *p = (uint64_t *)(top - 72);
+  uint32_t mxcsr = 0x1f80;
+  uint16_t fpcw = 0x037f;
+  memset(p, 0, 72);
+  memcpy(p, &mxcsr, 4);
+  memcpy((char *)p + 4, &fpcw, 2);
+  p[7] = (uint64_t)(uintptr_t)&xm_emu_fiber_entry; /* at top - 16 */
+  p[8] = 0;                                         /* at top - 8 */
+  return p;
+}
+#endif
 
 /* XM_EMU_SCHEDULE: "forward" (default), "reverse", "random[:seed]". */
 struct Order {
@@ -211,19 +297,25 @@ void run_block(Block *b, int64_t index, uint64_t *rng) {
   b->warp_live.assign((size_t)warps, 0);
   b->warp_arrived.assign((size_t)warps, 0);
   b->warp_gen.assign((size_t)warps, 0);
-  b->slots.assign((size_t)n * XM_EMU_MAX_WORDS, 0u);
+  if (b->slots.size() < (size_t)n * 2 * XM_EMU_MAX_WORDS)
+    b->slots.resize((size_t)n * 2 * XM_EMU_MAX_WORDS);
   for (int i = 0; i < n; i++) {
     Fiber &f = b->fibers[(size_t)i];
     f.t.tid = i;
     f.state = READY;
     f.gen = 0;
+    f.exchanges = 0;
     f.stack = stack_for(i);
     b->warp_live[(size_t)(i / in.warp)]++;
+#ifdef XM_EMU_ASM_SWITCH
+    f.sp = fiber_stack_init(f.stack, kStack);
+#else
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack;
     f.ctx.uc_stack.ss_size = kStack;
     f.ctx.uc_link = &b->sched;
     makecontext(&f.ctx, (void (*)(void))fiber_main, 2, 0, 0);
+#endif
   }
   std::vector<int> order((size_t)n);
   Order o = schedule_order();
@@ -251,7 +343,11 @@ void run_block(Block *b, int64_t index, uint64_t *rng) {
 #ifdef XM_EMU_ASAN
       __sanitizer_start_switch_fiber(&b->sched_fake, f.stack, kStack);
 #endif
+#ifdef XM_EMU_ASM_SWITCH
+      xm_emu_switch(&b->sched_sp, f.sp);
+#else
       swapcontext(&b->sched, &f.ctx);
+#endif
 #ifdef XM_EMU_ASAN
       __sanitizer_finish_switch_fiber(b->sched_fake, NULL, NULL);
 #endif
@@ -336,6 +432,18 @@ static void warp_barrier(Block *b, Fiber *f) {
   b->cur = f;
 }
 
+/* This thread's slot in the bank of its next exchange. */
+static uint32_t *my_slot(Block *b, Fiber *f) {
+  size_t bank = (size_t)(f->exchanges++ & 1u);
+  return &b->slots[((size_t)f->t.tid * 2 + bank) * XM_EMU_MAX_WORDS];
+}
+
+static const uint32_t *lane_slot(const Block *b, int tid, const uint32_t *mine, const Fiber *f) {
+  (void)f;
+  size_t bank = (size_t)((mine - b->slots.data()) / XM_EMU_MAX_WORDS) & 1u;
+  return &b->slots[((size_t)tid * 2 + bank) * XM_EMU_MAX_WORDS];
+}
+
 void xm_emu_warp_exchange(const uint32_t *mine, int words, uint32_t *all) {
   Block *b = t_block;
   Fiber *f = b->cur;
@@ -345,22 +453,28 @@ void xm_emu_warp_exchange(const uint32_t *mine, int words, uint32_t *all) {
     exit(70);
   }
   int tid = f->t.tid, W = b->info.warp, first = tid / W * W;
-  memcpy(&b->slots[(size_t)tid * XM_EMU_MAX_WORDS], mine, sizeof(uint32_t) * (size_t)words);
+  uint32_t *slot = my_slot(b, f);
+  memcpy(slot, mine, sizeof(uint32_t) * (size_t)words);
   warp_barrier(b, f);
   for (int l = 0; l < W; l++) {
     int t = first + l;
-    for (int w = 0; w < words; w++)
-      all[l * words + w] =
-          t < b->info.threads ? b->slots[(size_t)t * XM_EMU_MAX_WORDS + (size_t)w] : 0u;
+    if (t < b->info.threads) {
+      memcpy(all + l * words, lane_slot(b, t, slot, f), sizeof(uint32_t) * (size_t)words);
+    } else {
+      for (int w = 0; w < words; w++) all[l * words + w] = 0u;
+    }
   }
-  warp_barrier(b, f);
 }
 
 uint32_t xm_emu_shfl(uint32_t v, int src) {
-  uint32_t all[1024];
-  xm_emu_warp_exchange(&v, 1, all);
-  int W = t_block->info.warp;
-  return all[((src % W) + W) % W];
+  Block *b = t_block;
+  Fiber *f = b->cur;
+  int tid = f->t.tid, W = b->info.warp, first = tid / W * W;
+  uint32_t *slot = my_slot(b, f);
+  slot[0] = v;
+  warp_barrier(b, f);
+  int t = first + ((src % W) + W) % W;
+  return t < b->info.threads ? lane_slot(b, t, slot, f)[0] : 0u;
 }
 
 xm_emu_stats_t xm_emu_stats(void) {

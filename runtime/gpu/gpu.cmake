@@ -31,10 +31,8 @@ set(XM_CUDA_ARCH "90" CACHE STRING
     "NVIDIA targets of the CUDA kernels (nvcc -arch=sm_<arch>; a list for several)")
 set(XM_HIP_FLAGS "" CACHE STRING "Extra hipcc flags for runtime/hip/table.hip")
 set(XM_CUDA_FLAGS "" CACHE STRING "Extra nvcc flags for runtime/cuda/table.cu")
-# The conformance entries the GPU ctests run (empty: all of them); the
-# kernel templates are being written, so the default is what does not need
-# them, as for the emulator's ctests (tests/CMakeLists.txt, XM_EMU_ENTRIES).
-set(XM_GPU_ENTRIES "streams" CACHE STRING
+# The conformance entries the GPU ctests run (empty: all of them).
+set(XM_GPU_ENTRIES "" CACHE STRING
     "Conformance entries of backend_hip and backend_cuda (empty: all)")
 
 set(XM_GPU_OUT ${CMAKE_CURRENT_BINARY_DIR}/xm_gpu)

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# tests/e2e/gpu_emulated.sh — a whole training step of GPU programs, run on
+# the CPU emulation of the GPU, against the CPU program of the same spec.
+#
+# For each spec below and each GPU target (hip: wavefront 64 and the MFMA
+# layouts; cuda: warp 32 and the mma.sync layouts), `xmoec compile --target T
+# --no-build` writes program.c and kernels.hip; kernels.hip is compiled with
+# the emulation flags of `xmoec compile --print-build-flags --target T
+# --emulate`, and program.c is linked with tests/e2e/gpu_step_main.c (instead
+# of out/main.c) and the emulated backend. The CPU program of the same spec
+# is built the same way with the CPU backend. Both run micro and step once
+# on the same parameters and tokens; tests/e2e/gpu_compare.py bounds the
+# loss, the gradient norm and every gradient tensor (tolerances below, per
+# precision). Env: XM_BINARY_DIR, XM_SOURCE_DIR; XM_KEEP=1 keeps the work
+# folder.
+set -euo pipefail
+
+src=${XM_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+bin=${XM_BINARY_DIR:-$src/build}
+xmoec=$bin/xmoec
+work=$(mktemp -d "${TMPDIR:-/tmp}/xm-gpu-emu.XXXXXX")
+trap '[[ -n "${XM_KEEP:-}" ]] || rm -rf "$work"' EXIT
+
+flags_of() { # target [--emulate] -> sets kcc kflags cc cflags libs
+  local f
+  f=$("$xmoec" compile --print-build-flags "$@")
+  kcc=$(sed -n 's/^kernel_cc: //p' <<<"$f")
+  read -r -a kflags <<<"$(sed -n 's/^kernel_flags: //p' <<<"$f")"
+  cc=$(sed -n 's/^cc: //p' <<<"$f")
+  read -r -a cflags <<<"$(sed -n 's/^cflags: //p' <<<"$f")"
+  read -r -a libs <<<"$(sed -n 's/^libs: //p' <<<"$f")"
+}
+
+# Tolerances (relative; gpu_compare.py): the losses, and the gradient norm
+# and each gradient tensor's relative L2 error. fp32: the GPU kernels sum in
+# other orders than the CPU's, f32 both (measured: losses equal, gradients
+# within 4e-6). bf16: GEMM results are rounded to bf16 on both sides, and a
+# value that rounds the other way moves everything after it by a bf16 ulp
+# (2^-8); routing and SwiGLU amplify that, so a tensor's bound is also 1.5
+# times bf16's own error on it (the CPU bf16 program against the fp32 one
+# of the same model, the spec without _bf16). Measured: losses within 5e-5,
+# gradients at worst 0.45 of their bound.
+tol_fp32=(1e-5 1e-4)
+tol_bf16=(2e-3 2e-2)
+
+declare -A specs
+specs[tiny]=$(cat "$src/samples/tiny.json")
+specs[tiny_bf16]=$(python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1])); s["name"] = "tiny_bf16"
+s.setdefault("training", {})["dtype"] = "bf16"
+print(json.dumps(s))' "$src/samples/tiny.json")
+base_model='"vocab": 64, "hidden": 32, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 8,
+            "first_k_dense": 1, "dense_ffn": 48'
+training='"training": {"seq_len": 16, "micro_batch": 2, "global_batch": 2, "dtype": "fp32"}'
+specs[sigmoid_groups_capacity]="{\"name\": \"sigmoid_groups_capacity\", \"model\": {$base_model},
+  \"moe\": {\"experts\": 8, \"shared_experts\": 1, \"top_k\": 2, \"expert_ffn\": 16,
+          \"scoring\": \"sigmoid\", \"n_group\": 4, \"topk_group\": 2, \"routed_scaling\": 2.5,
+          \"aux_alpha\": 0.02, \"aux_free_gamma\": 0.001, \"capacity_factor\": 1.0}, $training}"
+specs[gelu_topk1]="{\"name\": \"gelu_topk1\", \"model\": {$base_model, \"tied_embeddings\": true},
+  \"moe\": {\"experts\": 4, \"top_k\": 1, \"expert_ffn\": 16, \"activation\": \"gelu\",
+          \"norm_topk_prob\": false}, $training}"
+
+flags_of --target cpu
+cpu_cc=$cc
+cpu_cflags=("${cflags[@]}")
+cpu_libs=("${libs[@]}")
+
+failed=()
+for name in $(printf '%s\n' "${!specs[@]}" | sort); do
+  dir=$work/$name
+  mkdir -p "$dir"
+  printf '%s\n' "${specs[$name]}" >"$dir/spec.json"
+  tol=("${tol_fp32[@]}")
+  baseline=()
+  if [[ $name == *_bf16 ]]; then
+    tol=("${tol_bf16[@]}")
+    baseline=("$work/${name%_bf16}/cpu.bin")
+  fi
+  echo "=== $name"
+  "$xmoec" compile "$dir/spec.json" -o "$dir/cpu" --no-build >"$dir/cpu.log" 2>&1 ||
+    { cat "$dir/cpu.log"; failed+=("$name (compile cpu)"); continue; }
+  "$cpu_cc" "${cpu_cflags[@]}" "$src/tests/e2e/gpu_step_main.c" "$dir/cpu/program.c" \
+    -o "$dir/step_cpu" "${cpu_libs[@]}" >"$dir/build_cpu.log" 2>&1 ||
+    { cat "$dir/build_cpu.log"; failed+=("$name (build cpu)"); continue; }
+  OMP_NUM_THREADS=1 "$dir/step_cpu" "$dir/cpu.bin" >/dev/null
+  for target in hip cuda; do
+    out=$dir/$target
+    "$xmoec" compile "$dir/spec.json" -o "$out" --target "$target" --no-build >"$dir/$target.log" 2>&1 ||
+      { cat "$dir/$target.log"; failed+=("$name (compile $target)"); continue; }
+    flags_of --target "$target" --emulate
+    "$kcc" "${kflags[@]}" -c "$out/kernels.hip" -o "$out/kernels.o" >"$out/build.log" 2>&1 &&
+      "$cc" "${cflags[@]}" "$src/tests/e2e/gpu_step_main.c" "$out/program.c" "$out/kernels.o" \
+        -o "$out/step" "${libs[@]}" >>"$out/build.log" 2>&1 ||
+      { cat "$out/build.log"; failed+=("$name (build $target emulated)"); continue; }
+    start=$SECONDS
+    "$out/step" "$out/step.bin" >/dev/null
+    echo "--- $target (emulated, $((SECONDS - start)) s)"
+    python3 "$src/tests/e2e/gpu_compare.py" "$dir/cpu.bin" "$out/step.bin" "${tol[@]}" \
+      "${baseline[@]}" ||
+      failed+=("$name ($target)")
+  done
+done
+
+if ((${#failed[@]})); then
+  echo "gpu_emulated FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "gpu_emulated passed: ${#specs[@]} specs x 2 emulated targets"
