@@ -88,6 +88,15 @@ thread_local xm_emu_block_t *xm_emu_cur_block;
 
 namespace {
 
+/* Stops the process after a message: a kernel error found by the emulator.
+ * _exit, since it comes from inside a fiber, whose stack and block state
+ * will never be unwound (exit would run the leak checker over them). */
+[[noreturn]] void emu_stop(void) {
+  fflush(stdout);
+  fflush(stderr);
+  _exit(70);
+}
+
 constexpr size_t kStack = 256 * 1024; /* per GPU thread; kernels keep tiles in registers */
 constexpr int kMaxThreads = 1024;
 
@@ -152,7 +161,7 @@ char *stack_for(int i) {
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       fprintf(stderr, "xmoec emulator: cannot map a fiber stack: %s\n", strerror(errno));
-      exit(70);
+      emu_stop();
     }
     mprotect(p, (size_t)page, PROT_NONE);
     t_stacks.push_back((char *)p + page);
@@ -279,7 +288,7 @@ void deadlock(Block *b) {
               f.state == AT_BLOCK ? "block" : "warp");
   }
   fprintf(stderr, "  (%d of %d threads still live)\n", b->live, b->info.threads);
-  exit(70);
+  emu_stop();
 }
 
 void run_block(Block *b, int64_t index, uint64_t *rng) {
@@ -365,7 +374,7 @@ void xm_emu_launch(const char *name, int64_t gx, int64_t gy, int64_t gz, int thr
   if (threads < 1 || threads > kMaxThreads || warp < 1) {
     fprintf(stderr, "xmoec emulator: kernel %s launched with %d threads per block (1 to %d)\n",
             name, threads, kMaxThreads);
-    exit(70);
+    emu_stop();
   }
   int64_t blocks = gx * gy * gz;
   g_launches++;
@@ -408,7 +417,7 @@ void xm_emu_sync_at(const char *file, int line) {
             "%s:%d while %d thread(s) wait at the one at %s:%d (a divergent barrier)\n",
             b->name, (long long)b->info.bx, (long long)b->info.by, (long long)b->info.bz,
             f->t.tid, file, line, b->arrived, b->site_file, b->site_line);
-    exit(70);
+    emu_stop();
   }
   if (++b->arrived == b->live) {
     release_block(b);
@@ -450,7 +459,7 @@ void xm_emu_warp_exchange(const uint32_t *mine, int words, uint32_t *all) {
   if (words < 0 || words > XM_EMU_MAX_WORDS) {
     fprintf(stderr, "xmoec emulator: kernel %s: a warp exchange of %d words (at most %d)\n",
             b->name, words, XM_EMU_MAX_WORDS);
-    exit(70);
+    emu_stop();
   }
   int tid = f->t.tid, W = b->info.warp, first = tid / W * W;
   uint32_t *slot = my_slot(b, f);
