@@ -19,7 +19,7 @@
 # the CPU program's loss curve over the same 100 steps.
 #
 # On the GPU machine, in order (each phase's result goes to DIR/summary.txt):
-#   1. env:          nvidia-smi, nvcc --version
+#   1. env:          nvidia-smi, nvcc --version (into summary.txt)
 #   2. conformance:  every kernel of runtime/abi/kernels.def through the CUDA
 #                    backend against the CPU reference (tests/backend), built
 #                    from source with nvcc; the largest error per kernel is in
@@ -89,7 +89,11 @@ cuda=${CUDA_HOME:-/usr/local/cuda}
 nvcc=$cuda/bin/nvcc
 [[ -x "$nvcc" ]] || nvcc=$(command -v nvcc || true)
 arch=${XM_GPU_ARCH:-sm_90}
-build=$out/build
+# Build products stay out of DIR: a device runner may bring back only a few
+# small files (DIR gets summary.txt, conformance.txt, train.txt, gpu.jsonl,
+# bench.txt and bench/*.json).
+build=${TMPDIR:-/tmp}/xm-gpu-check-build
+rm -rf "$build"
 mkdir -p "$build"
 
 # 1. env
@@ -97,7 +101,7 @@ mkdir -p "$build"
   date -u
   nvidia-smi 2>&1 | head -20
   "$nvcc" --version 2>&1 | tail -2
-} >"$out/env.txt" 2>&1
+} >>"$summary" 2>&1
 say "env: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 if [[ -z "$nvcc" ]]; then
   say "FAIL: no nvcc (looked in $cuda/bin and PATH)"
@@ -153,7 +157,7 @@ if [[ -x "$prep/tiny-cuda/train" && -f "$prep/cpu.jsonl" ]]; then
   if [[ $rc -ne 0 ]]; then
     say "FAIL train: out/train exited $rc (train.txt): $(tail -2 "$out/train.txt" | tr '\n' ' ')"
     failed=1
-  elif python3 - "$prep/cpu.jsonl" "$out/gpu.jsonl" >"$out/train-compare.txt" <<'PY'
+  elif python3 - "$prep/cpu.jsonl" "$out/gpu.jsonl" >>"$out/train.txt" <<'PY'
 import json, sys
 cpu = [json.loads(l) for l in open(sys.argv[1])]
 gpu = [json.loads(l) for l in open(sys.argv[2])]
@@ -169,9 +173,9 @@ ok = len(gpu) == len(cpu) and worst <= 0.02 and abs(tail_g - tail_c) / tail_c <=
 sys.exit(0 if ok else 1)
 PY
   then
-    say "ok train: $(tail -1 "$out/train-compare.txt") ($((SECONDS - start)) s)"
+    say "ok train: $(tail -1 "$out/train.txt") ($((SECONDS - start)) s)"
   else
-    say "FAIL train: $(tail -1 "$out/train-compare.txt") (train-compare.txt)"
+    say "FAIL train: $(tail -1 "$out/train.txt") (train.txt)"
     failed=1
   fi
 else
@@ -180,7 +184,7 @@ fi
 
 # 4. the MoE GEMM benchmark
 if [[ -f bench/gpu_moe.sh ]]; then
-  if bash bench/gpu_moe.sh "$out" >"$out/bench.txt" 2>&1; then
+  if bash bench/gpu_moe.sh "$out/bench" >"$out/bench.txt" 2>&1; then
     say "ok bench: bench/gpu_moe.sh (bench.txt)"
     tail -30 "$out/bench.txt" | tee -a "$summary"
   else

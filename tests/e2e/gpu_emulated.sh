@@ -152,6 +152,37 @@ else
   failed+=("4 ranks (compile)")
 fi
 
+# Checkpoints move between targets: the CPU program's step-2 checkpoint
+# resumed by the emulated HIP program, and the HIP program's by the CPU one,
+# give the step-3 loss of the CPU run that never stopped.
+if ((!sanitize)); then
+  echo "=== checkpoints across targets"
+  r=$work/resume
+  if "$xmoec" compile "$src/samples/tiny.json" -o "$r/cpu" >"$r.log" 2>&1 &&
+     "$xmoec" compile "$src/samples/tiny.json" -o "$r/hip" --target hip --emulate >>"$r.log" 2>&1; then
+    run() { "$r/$1/train" --data "$data" --seed 7 --progress never --quiet "${@:2}"; }
+    run cpu --steps 2 --ckpt-dir "$r/ck_cpu" && run cpu --steps 3 --log "$r/cpu.jsonl" &&
+      run hip --steps 3 --resume "$r/ck_cpu" --log "$r/hip_from_cpu.jsonl" &&
+      run hip --steps 2 --ckpt-dir "$r/ck_hip" && run cpu --steps 3 --resume "$r/ck_hip" \
+        --log "$r/cpu_from_hip.jsonl" || failed+=("checkpoints across targets (runs)")
+    python3 - "$r"/cpu.jsonl "$r"/hip_from_cpu.jsonl "$r"/cpu_from_hip.jsonl <<'PY' ||
+import json, sys
+want = [json.loads(l) for l in open(sys.argv[1])][-1]["loss"]
+bad = 0
+for path in sys.argv[2:]:
+    got = json.loads(open(path).readlines()[-1])["loss"]
+    rel = abs(got - want) / want
+    bad |= rel > 1e-5
+    print(f"{'ok  ' if rel <= 1e-5 else 'FAIL'} {path.rsplit('/', 1)[1]}: step 3 loss {got:.7f}, uninterrupted CPU run {want:.7f}")
+sys.exit(bad)
+PY
+      failed+=("checkpoints across targets")
+  else
+    cat "$r.log"
+    failed+=("checkpoints across targets (compile)")
+  fi
+fi
+
 if ((${#failed[@]})); then
   echo "gpu_emulated FAILED: ${failed[*]}"
   exit 1
