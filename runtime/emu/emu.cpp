@@ -431,6 +431,19 @@ void xm_emu_sync_at(const char *file, int line) {
 
 static void warp_barrier(Block *b, Fiber *f) {
   int w = f->t.tid / b->info.warp;
+  int lanes = b->info.threads - w * b->info.warp;
+  if (lanes > b->info.warp) lanes = b->info.warp;
+  if (b->warp_live[(size_t)w] != lanes) {
+    /* A full-warp collective (the only kind xm_gpu.h has) with lanes that
+     * have left the kernel: undefined on NVIDIA (__shfl_xor_sync with a
+     * full mask), so a kernel error here too. */
+    fprintf(stderr,
+            "xmoec emulator: kernel %s, block (%lld,%lld,%lld): thread %d takes part in a warp "
+            "collective after %d lane(s) of its warp returned\n",
+            b->name, (long long)b->info.bx, (long long)b->info.by, (long long)b->info.bz,
+            f->t.tid, lanes - b->warp_live[(size_t)w]);
+    emu_stop();
+  }
   if (++b->warp_arrived[(size_t)w] == b->warp_live[(size_t)w]) {
     release_warp(b, w);
     return;

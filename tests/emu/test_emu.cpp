@@ -2,7 +2,8 @@
  * block barriers and block-private shared memory, warp shuffles and
  * reductions at the target's warp width, the warp matrix multiply through
  * the target's fragment layouts against a plain product, empty grids, and
- * the divergent-barrier stop (exit 70, in a child process). Built once per
+ * the stops on a divergent barrier and on a warp collective after a lane
+ * returned (exit 70, in child processes). Built once per
  * emulated target (ctest emu_amd: wavefront 64, MFMA layouts; emu_nv:
  * warp 32, mma.sync layouts). */
 #include <stdio.h>
@@ -62,6 +63,11 @@ XM_GLOBAL(XM_WARP) k_mma(const xm_bf16 *a, const xm_bf16 *b, float *d, int trans
     xm_frag_c_coord(xm_lane(), i, &r, &c);
     d[r * XM_MMA_N + c] = fc.e[i];
   }
+}
+
+XM_GLOBAL(XM_WARP) k_early_return(float *y) {
+  if (xm_lane() == 3) return;
+  y[xm_tid()] = xm_warp_sum(1.0f);
 }
 
 XM_GLOBAL(64) k_divergent(int *y) {
@@ -136,6 +142,18 @@ int main(void) {
   int st = 0;
   waitpid(pid, &st, 0);
   EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 70, "divergent barrier: status %d", st);
+
+  /* a warp collective after a lane of the warp returned stops too */
+  fflush(stdout);
+  pid = fork();
+  if (pid == 0) {
+    static float z[XM_WARP];
+    freopen("/dev/null", "w", stderr);
+    xm_launch("early_return", 1, 1, 1, XM_WARP, NULL, k_early_return, z);
+    _exit(0);
+  }
+  waitpid(pid, &st, 0);
+  EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 70, "warp collective after a return: status %d", st);
 
   printf("%s emulator (warp %d, MMA %dx%dx%d): %s\n", XM_WARP == 64 ? "AMD" : "NVIDIA", XM_WARP,
          XM_MMA_M, XM_MMA_N, XM_MMA_K, failures ? "FAIL" : "ok");
