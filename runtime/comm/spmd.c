@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/comm/stage.h"
 
 /* ---- groups ---------------------------------------------------------------- */
 
@@ -68,31 +69,15 @@ static void *alloc_or_fail(const xm_rt_exec_t *x, int64_t n, size_t size, const 
   return p;
 }
 
-/* ---- staging through host memory ------------------------------------------
- * The collectives below work on host memory. A backend whose memory the
- * host cannot address (host_visible 0: the HIP and CUDA backends, and the
- * emulated one, which says so to take this path) gets each call's buffers
- * staged: the exec's stream is synchronised, the inputs are copied to host
- * buffers, the collective runs on them, and the outputs are copied back and
- * waited for before the host buffers go. That is the fallback transport of
- * docs/design.md (The GPU path); a device-aware transport passes device
- * pointers straight through. */
-static int staged(const xm_rt_exec_t *x) { return x->be && !x->be->host_visible; }
+/* ---- staging through host memory (runtime/comm/stage.h) ------------------- */
+static int staged(const xm_rt_exec_t *x) { return xm_rt_staged(x); }
 
-/* A host copy of `bytes` of device memory (after the stream is done), or a
- * zeroed buffer when dev is NULL. */
 static void *h_get(xm_rt_exec_t *x, const void *dev, size_t bytes, const char *what) {
-  void *h = calloc(1, bytes ? bytes : 1);
-  if (!h) xm_rt_fail(x, "%s: out of host memory for %zu bytes of staging", what, bytes);
-  if (dev && bytes) x->be->copy_d2h(x->be, h, dev, bytes, x->stream);
-  x->be->sync(x->be, x->stream);
-  return h;
+  return xm_rt_stage_in(x, dev, (int64_t)bytes, 1, what);
 }
 
-/* Copies a host buffer back to the device and waits for it. */
 static void h_put(xm_rt_exec_t *x, void *dev, const void *h, size_t bytes) {
-  if (bytes) x->be->copy_h2d(x->be, dev, h, bytes, x->stream);
-  x->be->sync(x->be, x->stream);
+  xm_rt_stage_out(x, dev, h, (int64_t)bytes, 1);
 }
 
 /* ---- the ring model of docs/traffic.md for what this file moves ----------- */

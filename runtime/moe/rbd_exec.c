@@ -45,6 +45,7 @@
 #include <time.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/comm/stage.h"
 #include "runtime/moe/rbd.h"
 
 /* What the later calls of one slot need. */
@@ -473,26 +474,9 @@ static void host_rbd_dispatch_grad(xm_rt_exec_t *x, int slot, int layer, const f
   free(partial);
 }
 
-/* ---- staging through host memory ----
- * As the collectives of runtime/comm/spmd.c: with a backend whose memory the
- * host cannot address, each call's device buffers are copied to host
- * buffers (after the stream is done), the call runs on them, and its
- * outputs are copied back and waited for. */
-static int staged(const xm_rt_exec_t *x) { return x->be && !x->be->host_visible; }
-
-static void *h_get(xm_rt_exec_t *x, const void *dev, int64_t n, size_t size, const char *what) {
-  size_t bytes = (size_t)(n > 0 ? n : 0) * size;
-  void *h = calloc(1, bytes ? bytes : 1);
-  if (!h) xm_rt_fail(x, "%s: out of host memory for %zu bytes of staging", what, bytes);
-  if (dev && bytes) x->be->copy_d2h(x->be, h, dev, bytes, x->stream);
-  x->be->sync(x->be, x->stream);
-  return h;
-}
-
-static void h_put(xm_rt_exec_t *x, void *dev, const void *h, int64_t n, size_t size) {
-  if (dev && n > 0) x->be->copy_h2d(x->be, dev, h, (size_t)n * size, x->stream);
-  x->be->sync(x->be, x->stream);
-}
+/* ---- staging through host memory (runtime/comm/stage.h), as the
+ * collectives of runtime/comm/spmd.c ---- */
+static int staged(const xm_rt_exec_t *x) { return xm_rt_staged(x); }
 
 int64_t xm_rt_rbd_dispatch(xm_rt_exec_t *x, int slot, int layer, const float *tokens,
                            const int32_t *experts, const float *weights, int64_t T, int64_t k,
@@ -501,16 +485,16 @@ int64_t xm_rt_rbd_dispatch(xm_rt_exec_t *x, int slot, int layer, const float *to
     return host_rbd_dispatch(x, slot, layer, tokens, experts, weights, T, k, H, E, rows, tpe,
                              bound);
   const char *what = "rbd_dispatch";
-  float *ht = h_get(x, tokens, mul(x, T, H, "the tokens"), sizeof(float), what);
-  int32_t *he = h_get(x, experts, mul(x, T, k, "the routing"), sizeof(int32_t), what);
-  float *hw = h_get(x, weights, T * k, sizeof(float), what);
-  float *hr = h_get(x, NULL, mul(x, bound, H, "the rows"), sizeof(float), what);
-  int32_t *hp = h_get(x, NULL, E, sizeof(int32_t), what);
+  float *ht = xm_rt_stage_in(x, tokens, mul(x, T, H, "the tokens"), sizeof(float), what);
+  int32_t *he = xm_rt_stage_in(x, experts, mul(x, T, k, "the routing"), sizeof(int32_t), what);
+  float *hw = xm_rt_stage_in(x, weights, T * k, sizeof(float), what);
+  float *hr = xm_rt_stage_in(x, NULL, mul(x, bound, H, "the rows"), sizeof(float), what);
+  int32_t *hp = xm_rt_stage_in(x, NULL, E, sizeof(int32_t), what);
   int64_t M = host_rbd_dispatch(x, slot, layer, ht, he, hw, T, k, H, E, rows ? hr : NULL,
                                 tpe ? hp : NULL, bound);
   const rbd_record_t *r = record_get(x, slot, layer, what);
-  h_put(x, rows, hr, M * H, sizeof(float));
-  h_put(x, tpe, hp, E / r->cfg.ep, sizeof(int32_t));
+  xm_rt_stage_out(x, rows, hr, M * H, sizeof(float));
+  xm_rt_stage_out(x, tpe, hp, E / r->cfg.ep, sizeof(int32_t));
   free(ht), free(he), free(hw), free(hr), free(hp);
   return M;
 }
@@ -523,10 +507,10 @@ void xm_rt_rbd_combine(xm_rt_exec_t *x, int slot, int layer, const float *rows, 
   const char *what = "rbd_combine";
   const rbd_record_t *r = record_get(x, slot, layer, what);
   int64_t M = r->local.num_slots, T = r->T, H = r->H;
-  float *hr = h_get(x, rows, M * H, sizeof(float), what);
-  float *ho = h_get(x, NULL, T * H, sizeof(float), what);
+  float *hr = xm_rt_stage_in(x, rows, M * H, sizeof(float), what);
+  float *ho = xm_rt_stage_in(x, NULL, T * H, sizeof(float), what);
   host_rbd_combine(x, slot, layer, rows ? hr : NULL, out ? ho : NULL);
-  h_put(x, out, ho, T * H, sizeof(float));
+  xm_rt_stage_out(x, out, ho, T * H, sizeof(float));
   free(hr), free(ho);
 }
 
@@ -539,14 +523,14 @@ void xm_rt_rbd_combine_grad(xm_rt_exec_t *x, int slot, int layer, const float *d
   const char *what = "rbd_combine_grad";
   const rbd_record_t *r = record_get(x, slot, layer, what);
   int64_t M = r->local.num_slots, T = r->T, H = r->H, k = r->k;
-  float *hd = h_get(x, dout, T * H, sizeof(float), what);
-  float *hr = h_get(x, rows, M * H, sizeof(float), what);
-  float *hdr = h_get(x, NULL, M * H, sizeof(float), what);
-  float *hdw = h_get(x, NULL, T * k, sizeof(float), what);
+  float *hd = xm_rt_stage_in(x, dout, T * H, sizeof(float), what);
+  float *hr = xm_rt_stage_in(x, rows, M * H, sizeof(float), what);
+  float *hdr = xm_rt_stage_in(x, NULL, M * H, sizeof(float), what);
+  float *hdw = xm_rt_stage_in(x, NULL, T * k, sizeof(float), what);
   host_rbd_combine_grad(x, slot, layer, dout ? hd : NULL, rows ? hr : NULL, drows ? hdr : NULL,
                         dweights ? hdw : NULL);
-  h_put(x, drows, hdr, M * H, sizeof(float));
-  h_put(x, dweights, hdw, T * k, sizeof(float));
+  xm_rt_stage_out(x, drows, hdr, M * H, sizeof(float));
+  xm_rt_stage_out(x, dweights, hdw, T * k, sizeof(float));
   free(hd), free(hr), free(hdr), free(hdw);
 }
 
@@ -558,10 +542,10 @@ void xm_rt_rbd_dispatch_grad(xm_rt_exec_t *x, int slot, int layer, const float *
   const char *what = "rbd_dispatch_grad";
   const rbd_record_t *r = record_get(x, slot, layer, what);
   int64_t M = r->local.num_slots, T = r->T, H = r->H;
-  float *hd = h_get(x, drows, M * H, sizeof(float), what);
-  float *hx = h_get(x, NULL, T * H, sizeof(float), what);
+  float *hd = xm_rt_stage_in(x, drows, M * H, sizeof(float), what);
+  float *hx = xm_rt_stage_in(x, NULL, T * H, sizeof(float), what);
   host_rbd_dispatch_grad(x, slot, layer, drows ? hd : NULL, dx ? hx : NULL);
-  h_put(x, dx, hx, T * H, sizeof(float));
+  xm_rt_stage_out(x, dx, hx, T * H, sizeof(float));
   free(hd), free(hx);
 }
 
