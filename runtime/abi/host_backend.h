@@ -8,13 +8,16 @@
  * alloc puts a header of be->alignment bytes before each block, which keeps
  * the block's size for allocated_bytes and keeps the block aligned; every
  * stream and event is one static object, since nothing is ever pending.
+ * The includer defines _GNU_SOURCE first (sched_getaffinity).
  */
 #ifndef XM_RUNTIME_ABI_HOST_BACKEND_H
 #define XM_RUNTIME_ABI_HOST_BACKEND_H
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/abi/backend.h"
 
@@ -26,6 +29,17 @@ struct xm_rt_event {
 };
 static struct xm_rt_stream xm_host_stream_obj;
 static struct xm_rt_event xm_host_event_obj;
+
+/* The cores of this machine divided among its `local_ranks` ranks, bounded
+ * by the cores the launcher bound this process to; at least 1. */
+static inline int xm_host_cores(int local_ranks) {
+  cpu_set_t set;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int avail = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)online;
+  int n = (int)(online / (local_ranks > 0 ? local_ranks : 1));
+  if (avail < n) n = avail;
+  return n < 1 ? 1 : n;
+}
 
 /* Zeroed memory of `bytes` rounded up to be->alignment; alloc(0) gets a
  * block of its own. */

@@ -37,13 +37,7 @@ static int cpu_init(xm_rt_backend_t *be, int local_rank, int local_ranks, int *t
   (void)local_rank;
   (void)err;
   (void)err_len;
-  cpu_set_t set;
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  int avail = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)online;
-  int n = (int)(online / (local_ranks > 0 ? local_ranks : 1));
-  if (avail < n) n = avail;
-  if (n < 1) n = 1;
-  if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(n);
+  if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(xm_host_cores(local_ranks));
   openblas_set_num_threads(1);
   if (threads) *threads = omp_get_max_threads();
   return 0;
