@@ -17,6 +17,12 @@
  * the same error on every member instead of one rank leaving the exchange
  * while the others block in MPI_Alltoallv. The combine, whose counts are
  * the mirror of the dispatch's, skips both through the _known variant.
+ *
+ * The traffic of each collective is one function of the byte models
+ * (comm.h, xm_rt_comm_model_*), called here and by every transport that
+ * moves the same bytes without MPI, so the counters do not depend on the
+ * transport; _counts is the all-to-all without its row transfer, for the
+ * same reason.
  */
 #include "runtime/comm/comm.h"
 
@@ -170,6 +176,10 @@ xm_status_t xm_rt_comm_create(const xm_rt_context_t *ctx, const xm_rt_comm_layou
 
 void xm_rt_comm_destroy(xm_rt_comm_t *c) {
   if (!c) return;
+  /* The transport first: its NCCL communicators span these groups (and
+   * the tests' NCCL double frees MPI communicators of its own). */
+  xm_rt_transport_destroy(c->transport);
+  c->transport = NULL;
   for (int k = 0; k < XM_RT_GROUP_COUNT; k++) {
     if (c->groups[k].comm != MPI_COMM_NULL && c->groups[k].comm) MPI_Comm_free(&c->groups[k].comm);
     free(c->groups[k].members);
@@ -206,7 +216,7 @@ static const xm_rt_comm_group_t *group_for(const xm_rt_comm_t *c, xm_rt_group_ki
   return &c->groups[kind];
 }
 
-/* ---- traffic models of the reductions (docs/traffic.md) ---- */
+/* ---- the byte models (docs/traffic.md; comm.h) ---- */
 
 /* A ring over the group in index order, half the bytes each way (rings in
  * both directions, as NCCL/RCCL run them); a group of 2 has one neighbour. */
@@ -235,14 +245,34 @@ static int64_t ring_all_reduce_elems(int64_t n, int P, int i) {
   return (n - own) + (n - next);
 }
 
+void xm_rt_comm_model_ring(xm_rt_comm_t *c, xm_rt_group_kind_t kind, xm_rt_phase_t phase,
+                           int64_t bytes) {
+  add_ring(c, group_for(c, kind, "traffic"), phase, bytes);
+}
+
+void xm_rt_comm_model_all_reduce(xm_rt_comm_t *c, xm_rt_group_kind_t kind, int64_t n,
+                                 int64_t elem_bytes) {
+  const xm_rt_comm_group_t *g = group_for(c, kind, "all_reduce");
+  add_ring(c, g, XM_RT_PHASE_ALL_REDUCE, ring_all_reduce_elems(n, g->size, g->index) * elem_bytes);
+}
+
+void xm_rt_comm_model_all_gather(xm_rt_comm_t *c, xm_rt_group_kind_t kind, int64_t n) {
+  const xm_rt_comm_group_t *g = group_for(c, kind, "all_gather");
+  add_ring(c, g, XM_RT_PHASE_ALL_GATHER, (int64_t)(g->size - 1) * n * (int64_t)sizeof(float));
+}
+
+void xm_rt_comm_model_reduce_scatter(xm_rt_comm_t *c, xm_rt_group_kind_t kind, int64_t n) {
+  const xm_rt_comm_group_t *g = group_for(c, kind, "reduce_scatter");
+  add_ring(c, g, XM_RT_PHASE_REDUCE_SCATTER, (int64_t)(g->size - 1) * n * (int64_t)sizeof(float));
+}
+
 /* ---- float collectives ---- */
 
 xm_status_t xm_rt_comm_all_reduce(xm_rt_comm_t *c, xm_rt_group_kind_t kind, float *buf, int64_t n) {
   const xm_rt_comm_group_t *g = group_for(c, kind, "all_reduce");
   require(c, n >= 0 && (n == 0 || buf), "all_reduce over %s: %lld elements at %p",
           xm_rt_group_name(kind), (long long)n, (void *)buf);
-  add_ring(c, g, XM_RT_PHASE_ALL_REDUCE,
-           ring_all_reduce_elems(n, g->size, g->index) * (int64_t)sizeof(float));
+  xm_rt_comm_model_all_reduce(c, kind, n, (int64_t)sizeof(float));
   if (n == 0 || g->size == 1) return XM_OK;
   for (int64_t off = 0; off < n; off += INT_MAX) {
     int chunk = (int)(n - off < INT_MAX ? n - off : INT_MAX);
@@ -257,7 +287,7 @@ xm_status_t xm_rt_comm_all_gather(xm_rt_comm_t *c, xm_rt_group_kind_t kind, cons
   require(c, n >= 0 && n <= INT_MAX && (n == 0 || (send && out_recv)),
           "all_gather over %s: %lld elements per rank (at most %d)", xm_rt_group_name(kind),
           (long long)n, INT_MAX);
-  add_ring(c, g, XM_RT_PHASE_ALL_GATHER, (int64_t)(g->size - 1) * n * (int64_t)sizeof(float));
+  xm_rt_comm_model_all_gather(c, kind, n);
   if (n == 0) return XM_OK;
   float *own = out_recv + (int64_t)g->index * n;
   if (g->size == 1) {
@@ -275,7 +305,7 @@ xm_status_t xm_rt_comm_reduce_scatter(xm_rt_comm_t *c, xm_rt_group_kind_t kind, 
   require(c, n >= 0 && n <= INT_MAX && (n == 0 || (send && out_recv)),
           "reduce_scatter over %s: %lld elements per rank (at most %d)", xm_rt_group_name(kind),
           (long long)n, INT_MAX);
-  add_ring(c, g, XM_RT_PHASE_REDUCE_SCATTER, (int64_t)(g->size - 1) * n * (int64_t)sizeof(float));
+  xm_rt_comm_model_reduce_scatter(c, kind, n);
   if (n == 0) return XM_OK;
   if (g->size == 1) {
     if (out_recv != send) memmove(out_recv, send, (size_t)n * sizeof(float));
@@ -358,11 +388,12 @@ static xm_status_t a2a_exchange_counts(xm_rt_comm_t *c, a2a_call_t *a, int64_t c
   return XM_ERR_NO_MEMORY;
 }
 
+/* move 0: everything but the row transfer (xm_rt_comm_all_to_all_v_counts). */
 static xm_status_t a2a_run(xm_rt_comm_t *c, xm_rt_group_kind_t kind, xm_rt_a2a_t rows,
                            MPI_Datatype base, size_t elem, const void *send,
                            const int64_t *send_counts, void *recv, int64_t capacity,
                            const int64_t *known_recv, xm_diag_t *diag, int64_t *out_recv_counts,
-                           int64_t *out_recv_offsets, int64_t *out_recv_total) {
+                           int64_t *out_recv_offsets, int64_t *out_recv_total, int move) {
   a2a_call_t a = {.g = group_for(c, kind, "all_to_all_v"), .rows = rows};
   a.what = base == MPI_INT32_T ? "all_to_all_v_i32" : "all_to_all_v";
   require(c,
@@ -398,11 +429,13 @@ static xm_status_t a2a_run(xm_rt_comm_t *c, xm_rt_group_kind_t kind, xm_rt_a2a_t
       if (out_recv_offsets) out_recv_offsets[j] = off;
       off += a.rcounts[j];
     }
-    /* MPI wants valid pointers even for zero counts on some transports. */
-    char dummy[16];
-    MPI_Datatype t = row_type(c, base, rows.width);
-    MPI_Alltoallv(send ? send : (const void *)dummy, a.scounts, a.sdispls, t,
-                  recv ? recv : (void *)dummy, a.rcounts, a.rdispls, t, a.g->comm);
+    if (move) {
+      /* MPI wants valid pointers even for zero counts on some transports. */
+      char dummy[16];
+      MPI_Datatype t = row_type(c, base, rows.width);
+      MPI_Alltoallv(send ? send : (const void *)dummy, a.scounts, a.sdispls, t,
+                    recv ? recv : (void *)dummy, a.rcounts, a.rdispls, t, a.g->comm);
+    }
     /* Rows to self never touch the wire; the zero still marks the call for
      * the per-layer matrix. */
     for (int j = 0; j < P; j++)
@@ -420,7 +453,17 @@ xm_status_t xm_rt_comm_all_to_all_v(xm_rt_comm_t *c, xm_rt_group_kind_t kind, xm
                                     int64_t *out_recv_counts, int64_t *out_recv_offsets,
                                     int64_t *out_recv_total) {
   return a2a_run(c, kind, rows, MPI_FLOAT, sizeof(float), send, send_counts, recv, recv_capacity,
-                 NULL, diag, out_recv_counts, out_recv_offsets, out_recv_total);
+                 NULL, diag, out_recv_counts, out_recv_offsets, out_recv_total, 1);
+}
+
+xm_status_t xm_rt_comm_all_to_all_v_counts(xm_rt_comm_t *c, xm_rt_group_kind_t kind,
+                                           xm_rt_a2a_t rows, const float *send,
+                                           const int64_t *send_counts, float *recv,
+                                           int64_t recv_capacity, xm_diag_t *diag,
+                                           int64_t *out_recv_counts, int64_t *out_recv_offsets,
+                                           int64_t *out_recv_total) {
+  return a2a_run(c, kind, rows, MPI_FLOAT, sizeof(float), send, send_counts, recv, recv_capacity,
+                 NULL, diag, out_recv_counts, out_recv_offsets, out_recv_total, 0);
 }
 
 xm_status_t xm_rt_comm_all_to_all_v_i32(xm_rt_comm_t *c, xm_rt_group_kind_t kind, xm_rt_a2a_t rows,
@@ -429,7 +472,7 @@ xm_status_t xm_rt_comm_all_to_all_v_i32(xm_rt_comm_t *c, xm_rt_group_kind_t kind
                                         int64_t *out_recv_counts, int64_t *out_recv_offsets,
                                         int64_t *out_recv_total) {
   return a2a_run(c, kind, rows, MPI_INT32_T, sizeof(int32_t), send, send_counts, recv,
-                 recv_capacity, NULL, diag, out_recv_counts, out_recv_offsets, out_recv_total);
+                 recv_capacity, NULL, diag, out_recv_counts, out_recv_offsets, out_recv_total, 1);
 }
 
 xm_status_t xm_rt_comm_all_to_all_v_known(xm_rt_comm_t *c, xm_rt_group_kind_t kind,
@@ -440,7 +483,7 @@ xm_status_t xm_rt_comm_all_to_all_v_known(xm_rt_comm_t *c, xm_rt_group_kind_t ki
   require(c, recv_counts != NULL, "all_to_all_v_known over %s: no receive counts",
           xm_rt_group_name(g->kind));
   return a2a_run(c, kind, rows, MPI_FLOAT, sizeof(float), send, send_counts, recv, INT64_MAX,
-                 recv_counts, NULL, NULL, NULL, NULL);
+                 recv_counts, NULL, NULL, NULL, NULL, 1);
 }
 
 /* ---- failure agreement ---- */

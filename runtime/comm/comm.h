@@ -82,6 +82,10 @@ typedef struct {
   MPI_Datatype row_type; /* cached contiguous row type of row_width elements */
   MPI_Datatype row_base; /* element type of row_type */
   int64_t row_width;
+  /* How the collectives of runtime/comm/spmd.c move device memory
+   * (runtime/comm/transport.h); owned, NULL until the driver chooses one
+   * (then they work on host memory, staged where the backend's is not). */
+  struct xm_rt_transport *transport;
 } xm_rt_comm_t;
 
 /* Summed traffic of one step over all ranks (rank 0 of a report). */
@@ -114,8 +118,11 @@ int xm_rt_comm_layout_group(const xm_rt_comm_layout_t *layout, xm_rt_group_kind_
  * caller owns *out (xm_rt_comm_destroy) and keeps ctx alive until then. */
 xm_status_t xm_rt_comm_create(const xm_rt_context_t *ctx, const xm_rt_comm_layout_t *layout,
                               xm_diag_t *diag, xm_rt_comm_t **out);
-/* Frees the groups (collective, like MPI_Comm_free). NULL is a no-op. */
+/* Frees the groups and the transport (collective, like MPI_Comm_free). NULL
+ * is a no-op. */
 void xm_rt_comm_destroy(xm_rt_comm_t *c);
+/* Frees a transport (runtime/comm/transport.c); NULL is a no-op. */
+void xm_rt_transport_destroy(struct xm_rt_transport *t);
 
 /* Borrowed; valid until xm_rt_comm_destroy. */
 const xm_rt_comm_group_t *xm_rt_comm_group(const xm_rt_comm_t *c, xm_rt_group_kind_t kind);
@@ -136,6 +143,25 @@ xm_status_t xm_rt_comm_all_gather(xm_rt_comm_t *c, xm_rt_group_kind_t kind, cons
  * = sum over members m of send_m[index * n + i]. */
 xm_status_t xm_rt_comm_reduce_scatter(xm_rt_comm_t *c, xm_rt_group_kind_t kind, const float *send,
                                       int64_t n, float *out_recv);
+
+/* ---- the byte models of the collectives (docs/traffic.md) ----
+ * What each collective adds to the traffic counters, written once: the
+ * collectives here and in runtime/comm/spmd.c call them, and so does a
+ * transport that moves the same bytes without MPI (the NCCL path of
+ * spmd.c), so the counters do not depend on what moved the bytes. The
+ * reductions carry no layer. */
+
+/* `bytes` of this member over its two ring neighbours (half each way, as
+ * NCCL/RCCL run rings in both directions; a group of 2 has one
+ * neighbour), and the zero to self that marks the call for the matrix. */
+void xm_rt_comm_model_ring(xm_rt_comm_t *c, xm_rt_group_kind_t kind, xm_rt_phase_t phase,
+                           int64_t bytes);
+/* Ring all-reduce of n elements of elem_bytes each. */
+void xm_rt_comm_model_all_reduce(xm_rt_comm_t *c, xm_rt_group_kind_t kind, int64_t n,
+                                 int64_t elem_bytes);
+/* All-gather / reduce-scatter of n floats per member. */
+void xm_rt_comm_model_all_gather(xm_rt_comm_t *c, xm_rt_group_kind_t kind, int64_t n);
+void xm_rt_comm_model_reduce_scatter(xm_rt_comm_t *c, xm_rt_group_kind_t kind, int64_t n);
 
 /* ---- padding-free all-to-all of rows ---- */
 
@@ -166,6 +192,19 @@ xm_status_t xm_rt_comm_all_to_all_v_i32(xm_rt_comm_t *c, xm_rt_group_kind_t kind
                                         int32_t *recv, int64_t recv_capacity, xm_diag_t *diag,
                                         int64_t *out_recv_counts, int64_t *out_recv_offsets,
                                         int64_t *out_recv_total);
+/* xm_rt_comm_all_to_all_v without moving the rows, for a transport that
+ * moves them itself (the NCCL path of runtime/comm/spmd.c): the counts are
+ * exchanged, the bound agreed on (the same XM_ERR_NO_MEMORY and message on
+ * every member) and the traffic accounted exactly as there; send and recv
+ * are checked against the counts but never touched, so they may be device
+ * addresses. out_recv_counts and out_recv_offsets (rows, may be NULL) say
+ * where each member's rows belong. */
+xm_status_t xm_rt_comm_all_to_all_v_counts(xm_rt_comm_t *c, xm_rt_group_kind_t kind,
+                                           xm_rt_a2a_t rows, const float *send,
+                                           const int64_t *send_counts, float *recv,
+                                           int64_t recv_capacity, xm_diag_t *diag,
+                                           int64_t *out_recv_counts, int64_t *out_recv_offsets,
+                                           int64_t *out_recv_total);
 /* The mirror exchange when both sides already know the counts (combine
  * after dispatch: the send counts are the dispatch's received counts, the
  * receive counts its send counts): no count exchange, no bound check —

@@ -55,6 +55,7 @@
 #include "runtime/moe/rbd_exec.h"
 #include "runtime/io/rng.h"
 #include "runtime/io/shard_io.h"
+#include "runtime/comm/transport.h"
 #include "runtime/driver/trace.h"
 #include "runtime/driver/train_flags.h"
 #include "support/strbuf.h"
@@ -107,15 +108,32 @@ typedef struct {
  * unless the user chose a policy, set these and exec ourselves once, before
  * anything else (never after MPI has started: the test harness and
  * embedding programs run in-process). XM_NO_REEXEC turns this off. */
+/* OpenBLAS too reads its kernel core once, when it loads, and Debian's
+ * 0.3.21 takes the Intel Xeons of family 6 model 207 for "Prescott" (SSE3
+ * kernels: SGEMM 55 instead of 300 GFLOP/s on 2 threads). Where the CPU and
+ * the OS support AVX-512 (__builtin_cpu_supports checks CPUID and the
+ * XGETBV state, so SkylakeX can never be a SIGILL) and the user set no core,
+ * the same re-exec sets OPENBLAS_CORETYPE=SkylakeX (on Zen 4 OpenBLAS's own
+ * choice, Cooperlake, has the same SGEMM kernels; docs/benchmarks.md). */
+static int want_blas_core(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return !getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f");
+#else
+  return 0;
+#endif
+}
+
 static void maybe_reexec(char **argv) {
-  if (!argv || !argv[0] || getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") ||
-      getenv("XM_NO_REEXEC"))
-    return;
+  if (!argv || !argv[0] || getenv("XM_NO_REEXEC")) return;
+  int omp = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"), blas = want_blas_core();
+  if (!omp && !blas) return;
   int inited = 0;
   MPI_Initialized(&inited);
   if (inited) return;
-  if (setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
-  if (!getenv("KMP_BLOCKTIME") && setenv("KMP_BLOCKTIME", "0", 1) != 0) return;
+  if (omp && setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
+  if (omp && !getenv("KMP_BLOCKTIME") && setenv("KMP_BLOCKTIME", "0", 1) != 0) return;
+  if (blas && setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) != 0) return;
   execv("/proc/self/exe", argv);
   /* exec failed: go on with the default policy. */
 }
@@ -363,6 +381,20 @@ static xm_status_t setup_comm(trainer_t *t) {
               diag.entries[i].message);
   }
   xm_diag_free(&diag);
+  return agree(t, st);
+}
+
+/* --comm: the transport of the collectives (runtime/comm/transport.h), for
+ * the backend set up before. Collective; an explicit choice that cannot be
+ * honoured gives the same message on every rank, printed by rank 0. */
+static xm_status_t setup_transport(trainer_t *t) {
+  _Static_assert(XM_RT_COMM_AUTO == 0 && XM_RT_COMM_NCCL == 1 && XM_RT_COMM_MPI == 2 &&
+                     XM_RT_COMM_HOST == 3,
+                 "train_flags.c lists the --comm values in xm_rt_comm_mode_t order");
+  char err[1024] = "";
+  xm_status_t st =
+      xm_rt_transport_create(t->comm, t->be, (xm_rt_comm_mode_t)t->o.comm, err, sizeof err);
+  if (st != XM_OK && t->ctx.rank == 0) fprintf(stderr, "%s: error: %s\n", t->prog, err);
   return agree(t, st);
 }
 
@@ -883,6 +915,7 @@ static void print_banner(const trainer_t *t, int threads) {
   fprintf(stderr, "%s: layout dp%d tp%d ep%d zero%d%s%s on %d rank%s (%d per node)\n", t->prog,
           l->dp, l->tp, l->ep, p->zero, p->ssmb ? " ssmb" : "", p->rbd ? " rbd" : "", l->world,
           l->world == 1 ? "" : "s", l->ranks_per_node);
+  if (t->comm->transport) fprintf(stderr, "%s: %s\n", t->prog, t->comm->transport->line);
   if (t->resume_path)
     fprintf(stderr, "%s: resuming from %s at step %" PRId64 "\n", t->prog, t->resume_path, t->step);
 }
@@ -892,6 +925,7 @@ static xm_status_t run(trainer_t *t) {
   XM_RETURN_IF_ERROR(agree(t, setup_backend(t, &threads)));
   if (t->ctx.rank == 0) xm_diag_print(&t->warnings, stderr);
   XM_RETURN_IF_ERROR(setup_comm(t));
+  XM_RETURN_IF_ERROR(setup_transport(t));
   XM_RETURN_IF_ERROR(agree(t, setup_exec(t)));
   t->x.comm = t->comm;
   XM_RETURN_IF_ERROR(init_params(t));

@@ -42,6 +42,7 @@ typedef enum {
   F_TRACE_STEPS,
   F_EVAL_FRACTION,
   F_PROGRESS,
+  F_COMM,
   F_QUIET,
   F_HELP,
   F_COUNT_
@@ -85,6 +86,8 @@ static const flag_info_t k_flags[F_COUNT_] = {
     [F_EVAL_FRACTION] = {"--eval-fraction", 1, "X",
                          "share of windows held out for evaluation (0.05)"},
     [F_PROGRESS] = {"--progress", 1, "WHEN", "auto, always or never: live progress line"},
+    [F_COMM] = {"--comm", 1, "HOW",
+                "how collectives move GPU memory: auto, nccl, mpi or host (docs/train.md)"},
     [F_QUIET] = {"--quiet", 0, NULL, "no progress and no text summary (errors still print)"},
     [F_HELP] = {"--help", 0, NULL, "print this help and exit"},
 };
@@ -152,6 +155,8 @@ static int parse_choice(const char *s, const char *const *names, int n, int *out
 static int set_value(xm_rt_train_opts_t *o, flag_id_t id, const char *v, const char **expected) {
   static const char *const schedules[] = {"cosine", "constant", "linear"};
   static const char *const progress[] = {"auto", "always", "never"};
+  /* The order of xm_rt_comm_mode_t (runtime/comm/transport.h). */
+  static const char *const comm[] = {"auto", "nccl", "mpi", "host"};
   switch (id) {
   case F_DATA:
     *expected = "a path";
@@ -202,6 +207,7 @@ static int set_value(xm_rt_train_opts_t *o, flag_id_t id, const char *v, const c
   case F_PROGRESS:
     *expected = "auto, always or never";
     return parse_choice(v, progress, 3, &o->progress);
+  case F_COMM: *expected = "auto, nccl, mpi or host"; return parse_choice(v, comm, 4, &o->comm);
   default: return 0;
   }
 }

@@ -45,6 +45,7 @@ typedef struct {
   int64_t trace_first, trace_last; /* --trace-steps N[:M]; default: the last step */
   double eval_fraction;
   int progress; /* xm_rt_progress_mode_t */
+  int comm;     /* --comm: xm_rt_comm_mode_t (runtime/comm/transport.h), 0 auto */
   int quiet;
   int help;
 } xm_rt_train_opts_t;
