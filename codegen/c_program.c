@@ -490,8 +490,10 @@ static const char *dw_beta(gen_t *g, const xm_ir_value_t *dw) {
   return g->acc_of[dw->id] >= 0 ? "1.0f" : "0.0f";
 }
 
-/* A GEMM the mixed-precision pass gave bf16 operands. */
-static bool bf16_gemm(const xm_ir_op_t *op) { return IN(0)->type.dtype == XM_DT_BF16; }
+/* A GEMM the mixed-precision pass gave bf16 operands (operand j: its
+ * first multiplied one). */
+static bool bf16_gemm_at(const xm_ir_op_t *op, int j) { return IN(j)->type.dtype == XM_DT_BF16; }
+static bool bf16_gemm(const xm_ir_op_t *op) { return bf16_gemm_at(op, 0); }
 
 /* The workspace the memory plan gave the op (attr "ws"). */
 static const char *workspace(gen_t *g, const xm_ir_op_t *op) {
@@ -558,6 +560,11 @@ static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
     CALL("cross_entropy", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KI(numel(IN(0)) / dim(IN(0), -1)),
          KI(dim(IN(0), -1)));
     break;
+  case XM_OP_LM_HEAD_CE: /* x[...,H], w[V,H], labels -> loss, stats, scratch */
+    FUSED_CALL("lm_head_ce", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KV(OUT(1)),
+               KI(numel(IN(2))), KI(dim(IN(1), 1)), KI(dim(IN(1), 0)), KI(iattr(g, op, "chunk")),
+               KV(OUT(2)));
+    break;
   default: return false;
   }
   return true;
@@ -619,6 +626,16 @@ static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
   case XM_OP_CROSS_ENTROPY_GRAD:
     CALL("cross_entropy_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)),
          KI(numel(IN(1)) / dim(IN(1), -1)), KI(dim(IN(1), -1)));
+    break;
+  case XM_OP_LM_HEAD_CE_GRAD: /* dloss, x, w, labels, stats -> dw, dx, scratch */
+    if (bf16_gemm_at(op, 1))
+      CALL("lm_head_ce_grad_bf16", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)),
+           KD(OUT(0)), KV(OUT(1)), KI(numel(IN(3))), KI(dim(IN(2), 1)), KI(dim(IN(2), 0)),
+           KI(iattr(g, op, "chunk")), KS(dw_beta(g, OUT(0))), KV(OUT(2)), KS(workspace(g, op)));
+    else
+      CALL("lm_head_ce_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(IN(4)), KD(OUT(0)),
+           KV(OUT(1)), KI(numel(IN(3))), KI(dim(IN(2), 1)), KI(dim(IN(2), 0)),
+           KI(iattr(g, op, "chunk")), KS(dw_beta(g, OUT(0))), KV(OUT(2)));
     break;
   default: return false;
   }

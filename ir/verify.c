@@ -963,7 +963,9 @@ static void apply_rule(rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_GATHER_GROUPED_MATMUL_DX:
   case XM_OP_GATHER_GROUPED_MATMUL_DW:
   case XM_OP_GROUPED_MATMUL_COMBINE_GRAD:
-  case XM_OP_GROUPED_MATMUL_COMBINE_DW: xm_ir_verify_fused_rule(c, out); break;
+  case XM_OP_GROUPED_MATMUL_COMBINE_DW:
+  case XM_OP_LM_HEAD_CE:
+  case XM_OP_LM_HEAD_CE_GRAD: xm_ir_verify_fused_rule(c, out); break;
   case XM_OP_CAST: xm_ir_verify_mixed_rule(c, out); break;
   case XM_OP_COUNT_: break;
   }

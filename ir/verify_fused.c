@@ -12,10 +12,17 @@
  * whatever the float dtype of the operands: the epilogues accumulate in
  * f32, and under bf16 mixed precision the operands are bf16 and the
  * results stay f32.
+ *
+ * The LM head fused with the cross-entropy (lm_head_ce and its gradient,
+ * the fuse-lm-head pass) is here too: x[..., H] against w[V, H] with one
+ * label per row of x, a [T, 2] stats value between the two ops, and a
+ * scratch of xm_lm_ce_scratch_floats(T, chunk) floats (one chunk of
+ * logits and the per-row state), so the scratch is checked the same way.
  */
 #include <stdint.h>
 
 #include "ir/verify_internal.h"
+#include "runtime/abi/workspace.h"
 
 #define TT(t) (xm_ir_type_text(t).s)
 
@@ -196,6 +203,77 @@ static void rule_grouped_matmul_combine_dw(xm_ir_rule_ctx_t *c, xm_ir_type_t *ou
   set_scratch(c, dout->dims[1], &out[1]);
 }
 
+/* ---- the LM head fused with the cross-entropy -------------------------------- */
+
+/* x[..., H] (operand ix), w[V, H] (iw), labels i32[...] (il) with x's
+ * leading dims, all static; attr chunk. Sets *T (rows) and *chunk. */
+static bool need_lm_head(xm_ir_rule_ctx_t *c, int ix, int iw, int il, int64_t *T,
+                         int64_t *chunk) {
+  int e0 = c->errors;
+  xm_ir_rule_attr_int(c, "chunk", 1, INT64_MAX, chunk);
+  xm_ir_rule_need_rank(c, ix, -1);
+  xm_ir_rule_need_float(c, ix);
+  need_matrix(c, iw);
+  xm_ir_rule_need_index(c, il);
+  if (c->errors > e0) return false;
+  const xm_ir_type_t *x = in(c, ix), *lb = in(c, il);
+  if (x->rank < 1) {
+    xm_ir_rule_error(c, "operand %d %s must have a hidden dim", ix, TT(x));
+    return false;
+  }
+  xm_ir_rule_need_dim_eq(c, "hidden dim", iw, 1, ix, x->rank - 1);
+  bool ok = lb->rank == x->rank - 1;
+  for (int i = 0; ok && i < lb->rank; i++)
+    ok = lb->dims[i] == x->dims[i] && lb->dynamic[i] == x->dynamic[i];
+  if (!ok)
+    xm_ir_rule_error(c, "operand %d shape %s must equal the leading dims of operand %d shape %s",
+                     il, TT(lb), ix, TT(x));
+  xm_ir_rule_need_static(c, ix);
+  xm_ir_rule_need_static(c, iw);
+  if (c->errors > e0) return false;
+  *T = xm_ir_type_numel(lb);
+  return true;
+}
+
+static void set_stats(int64_t T, xm_ir_type_t *out) {
+  int64_t dims[2] = {T, 2};
+  bool dyn[2] = {false, false};
+  xm_ir_rule_set_result(out, XM_DT_F32, 2, dims, dyn);
+}
+
+static void set_lm_scratch(int64_t T, int64_t chunk, xm_ir_type_t *out) {
+  int64_t n = xm_lm_ce_scratch_floats(T, chunk);
+  bool dyn = false;
+  xm_ir_rule_set_result(out, XM_DT_F32, 1, &n, &dyn);
+}
+
+/* x[...,H], w[V,H], labels -> loss f32[], stats f32[T,2], scratch */
+static void rule_lm_head_ce(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int64_t T = 0, chunk = 0;
+  if (!need_lm_head(c, 0, 1, 2, &T, &chunk)) return;
+  xm_ir_rule_set_result(&out[0], XM_DT_F32, 0, NULL, NULL);
+  set_stats(T, &out[1]);
+  set_lm_scratch(T, chunk, &out[2]);
+}
+
+/* dloss f32[], x, w, labels, stats f32[T,2] -> dw f32[V,H], dx f32[...,H], scratch */
+static void rule_lm_head_ce_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
+  int64_t T = 0, chunk = 0;
+  const xm_ir_type_t *dl = in(c, 0);
+  if (dl->rank != 0 || dl->dtype != XM_DT_F32)
+    xm_ir_rule_error(c, "operand 0 must be f32[] but has type %s", TT(dl));
+  if (!need_lm_head(c, 1, 2, 3, &T, &chunk)) return;
+  const xm_ir_type_t *st = in(c, 4);
+  if (st->dtype != XM_DT_F32 || st->rank != 2 || st->dims[0] != T || st->dims[1] != 2 ||
+      st->dynamic[0] || st->dynamic[1])
+    xm_ir_rule_error(c, "operand 4 %s must be f32[%lld, 2] (the forward's stats)", TT(st),
+                     (long long)T);
+  const xm_ir_type_t *w = in(c, 2), *x = in(c, 1);
+  xm_ir_rule_set_result(&out[0], XM_DT_F32, 2, w->dims, w->dynamic);
+  xm_ir_rule_set_result(&out[1], XM_DT_F32, x->rank, x->dims, x->dynamic);
+  set_lm_scratch(T, chunk, &out[2]);
+}
+
 void xm_ir_verify_fused_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   switch (c->op->code) {
   case XM_OP_GATHER_GROUPED_MATMUL: rule_gather_grouped_matmul(c, out); break;
@@ -204,6 +282,8 @@ void xm_ir_verify_fused_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_GATHER_GROUPED_MATMUL_DW: rule_gather_grouped_matmul_dw(c, out); break;
   case XM_OP_GROUPED_MATMUL_COMBINE_GRAD: rule_grouped_matmul_combine_grad(c, out); break;
   case XM_OP_GROUPED_MATMUL_COMBINE_DW: rule_grouped_matmul_combine_dw(c, out); break;
+  case XM_OP_LM_HEAD_CE: rule_lm_head_ce(c, out); break;
+  case XM_OP_LM_HEAD_CE_GRAD: rule_lm_head_ce_grad(c, out); break;
   default: xm_ir_rule_error(c, "not a fused MoE op"); break;
   }
 }

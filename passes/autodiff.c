@@ -279,6 +279,21 @@ static void grad_fused(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
   }
 }
 
+/* lm_head_ce (fuse-lm-head): one backward op recomputes each chunk's
+ * logits from x, w and the saved stats, and gives both gradients, dw first
+ * (result 0, so fold-accumulate can add it into the grad state). */
+static void grad_lm_head(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
+  xm_ir_value_t **x = op->operands;
+  if (!needs(a, x[0]) && !needs(a, x[1])) return;
+  xm_ir_type_t dx = x[0]->type;
+  dx.dtype = XM_DT_F32;
+  xm_ir_op_t *b = emit(a, XM_OP_LM_HEAD_CE_GRAD, 5, OPS(dy, x[0], x[1], x[2], op->results[1]), 3,
+                       (xm_ir_type_t[]){x[1]->type, dx, op->results[2]->type});
+  copy_attr(a, b, "chunk");
+  contribute(a, x[1], b->results[0]);
+  contribute(a, x[0], b->results[1]);
+}
+
 /* Router, routing and the losses. */
 static void grad_router_loss(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
   xm_ir_value_t **x = op->operands;
@@ -397,6 +412,7 @@ static xm_status_t differentiate(ad_t *a, xm_ir_op_t *op, int pos, xm_ir_value_t
   case XM_OP_GATHER_ROWS: grad_rows(a, op, dy); break;
   case XM_OP_GATHER_GROUPED_MATMUL:
   case XM_OP_GROUPED_MATMUL_COMBINE: grad_fused(a, op, dy); break;
+  case XM_OP_LM_HEAD_CE: grad_lm_head(a, op, dy); break;
   case XM_OP_ROUTER_SCORE:
   case XM_OP_TOPK_ROUTE:
   case XM_OP_CROSS_ENTROPY:

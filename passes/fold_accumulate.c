@@ -13,8 +13,8 @@
  *       state of the one accumulate that uses it;
  *   that accumulate gets attr folded = true: it emits no code.
  *
- * Candidates: matmul_dw, grouped_matmul_dw and the fused gather / combine
- * weight-gradient GEMMs, in the micro-batch (not the step), with a static
+ * Candidates: matmul_dw, grouped_matmul_dw, the fused gather / combine
+ * weight-gradient GEMMs and the fused loss's gradient (its dw, result 0), in the micro-batch (not the step), with a static
  * f32 result of the state's size, accumulating into an f32 state. The
  * module records how many it folded (attr folded_accumulates).
  */
@@ -22,7 +22,8 @@
 
 static bool is_weight_grad(xm_ir_opcode_t code) {
   return code == XM_OP_MATMUL_DW || code == XM_OP_GROUPED_MATMUL_DW ||
-         code == XM_OP_GATHER_GROUPED_MATMUL_DW || code == XM_OP_GROUPED_MATMUL_COMBINE_DW;
+         code == XM_OP_GATHER_GROUPED_MATMUL_DW || code == XM_OP_GROUPED_MATMUL_COMBINE_DW ||
+         code == XM_OP_LM_HEAD_CE_GRAD;
 }
 
 /* The accumulate `op` folds into the GEMM that makes its operand 1. */

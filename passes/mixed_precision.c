@@ -24,7 +24,9 @@
  *   - the fused MoE ops (fuse-permute-gemm) read their token, row and
  *     weight operands in bf16 the same way; their results stay f32, as
  *     their epilogues accumulate in f32 (the combine's weighted sum, the
- *     input gradient's sum over a token's rows).
+ *     input gradient's sum over a token's rows). So does the fused loss
+ *     (fuse-lm-head): the hidden state and the head's weight in bf16, the
+ *     loss, stats and both gradients f32.
  *
  * Every bf16 GEMM gets attr workspace (bytes) for its operands widened in
  * tiles (runtime/abi/bf16.h), which plan-memory places. The module records
@@ -72,6 +74,8 @@ static int fused_operands(xm_ir_opcode_t code, int *out, bool *widen_w) {
   case XM_OP_GROUPED_MATMUL_COMBINE_GRAD: out[0] = 0, out[1] = 1, out[2] = 2; return 3;
   case XM_OP_GATHER_GROUPED_MATMUL_DW: *widen_w = false, out[0] = 0, out[1] = 1; return 2;
   case XM_OP_GROUPED_MATMUL_COMBINE_DW: *widen_w = false, out[0] = 0, out[1] = 1; return 2;
+  case XM_OP_LM_HEAD_CE: out[0] = 0, out[1] = 1; return 2;      /* x, w */
+  case XM_OP_LM_HEAD_CE_GRAD: out[0] = 1, out[1] = 2; return 2; /* x, w */
   default: return 0;
   }
 }
@@ -148,6 +152,14 @@ static void convert_fused(mixed_t *x, int *i) {
   int n = fused_operands(op->code, pos, &widen_w);
   for (int k = 0; k < n; k++)
     cast_operand(x, i, op, pos[k]);
+  if (op->code == XM_OP_LM_HEAD_CE || op->code == XM_OP_LM_HEAD_CE_GRAD) {
+    const xm_ir_value_t *w = op->operands[pos[1]];
+    int64_t rows = xm_ir_type_numel(&op->operands[pos[0]]->type) / w->type.dims[1];
+    int64_t ws = xm_bf16_lm_ce_ws_floats(rows, w->type.dims[1], xm_ir_op_get_int(op, "chunk", 1),
+                                         op->code == XM_OP_LM_HEAD_CE_GRAD);
+    xm_ir_op_set_int(x->m, op, "workspace", 4 * ws);
+    return;
+  }
   /* K and M: the widths of the rows on each side of the expert GEMM. */
   int64_t K, M;
   const xm_ir_type_t *a = &op->operands[0]->type, *b = &op->operands[1]->type;

@@ -12,6 +12,7 @@ extern const xm_pass_info_t xm_pass_autodiff;
 extern const xm_pass_info_t xm_pass_canonicalize;
 extern const xm_pass_info_t xm_pass_dce;
 extern const xm_pass_info_t xm_pass_fold_accumulate;
+extern const xm_pass_info_t xm_pass_fuse_lm_head;
 extern const xm_pass_info_t xm_pass_fuse_permute_gemm;
 extern const xm_pass_info_t xm_pass_host_reads;
 extern const xm_pass_info_t xm_pass_kernel_workspace;
@@ -28,6 +29,7 @@ static const xm_pass_info_t *const k_passes[] = {
     &xm_pass_canonicalize,    /* local rewrites + dead-op elimination */
     &xm_pass_dce,             /* dead-op elimination only */
     &xm_pass_fold_accumulate, /* weight-gradient GEMMs add into their grad states */
+    &xm_pass_fuse_lm_head,    /* LM head + cross-entropy over vocabulary chunks */
     &xm_pass_fuse_permute_gemm, /* gather and combine folded into grouped GEMMs */
     &xm_pass_host_reads,      /* host_read ops where the host needs device values */
     &xm_pass_kernel_workspace, /* kernel scratch as op workspaces for the memory plan */

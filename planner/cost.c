@@ -37,6 +37,8 @@
 
 #include "frontend/count.h"
 #include "planner/routing.h"
+#include "runtime/abi/bf16.h"
+#include "runtime/abi/workspace.h"
 
 /* ---- documented constants (docs/cost-model.md, "Constants") ------------------ */
 
@@ -598,7 +600,13 @@ static void activation_memory(const cx_t *c, xm_cost_t *o, double grad_elems) {
   double attn = attention_saved(c) * ab;
   double dense = c->Ldense > 0 ? attn + 3 * T * (double)c->Fd / (double)c->tp * ab : 0;
   double ffn = 0, moe = c->Lmoe > 0 ? attn + moe_saved_bytes(c, &ffn) : 0;
-  double head = 2 * T * H * ab + T * V * ab + 2 * T * 4; /* last output, its norm, logits, inputs */
+  /* The head: the last output and its norm, the tokens and labels, and
+   * the logits, except under xmoec, whose fuse-lm-head pass makes them one
+   * chunk of the vocabulary at a time and keeps two floats per row (the
+   * stats) for the backward. */
+  const bool fused_head = c->pol == XM_POLICY_XMOEC;
+  double chunk = (double)xm_lm_ce_chunk(c->V, c->H);
+  double head = 2 * T * H * ab + 2 * T * 4 + (fused_head ? 2 * T * 4 : T * V * ab);
 
   double saved, ws_layer;
   switch (c->pt.recompute) {
@@ -620,7 +628,12 @@ static void activation_memory(const cx_t *c, xm_cost_t *o, double grad_elems) {
    * input gradient at the start of the backward, or later the gradient rows
    * of an MoE block in flight, by which time the head's saved tensors are
    * gone; whichever is larger, plus what is being recomputed. */
+  /* fused: the op's scratch (one f32 chunk of logits and 4 floats a row),
+   * its f32 dx and, under bf16, its workspace (xm_bf16_lm_ce_ws_floats) */
   double ws_head = T * V * ab + T * H * ab;
+  if (fused_head)
+    ws_head = T * (chunk + 4) * 4 + T * H * 4 +
+              (ab == 2 ? 4 * (double)xm_bf16_lm_ce_ws_floats(c->T, c->H, (int64_t)chunk, 1) : 0);
   double ws = ws_head;
   if (c->Lmoe > 0) {
     double N = c->Tm * (double)c->k, rows;
@@ -916,6 +929,7 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
   double recompute = point->recompute == XM_RECOMPUTE_FULL  ? layers_fwd
                      : point->recompute == XM_RECOMPUTE_MOE ? f.moe_experts
                                                             : 0;
+  if (c.pol == XM_POLICY_XMOEC) recompute += f.head; /* the fused loss remakes the logits */
   double rate = peak_flops * gemm_efficiency;
   double t_bwd_micro = (2 * fwd + recompute) / rate;
   out->grad_accum = c.G;

@@ -54,4 +54,14 @@ static inline int64_t xm_bf16_fused_ws_floats(int64_t tile_rows, int64_t slots, 
   return slots * ((widen_w ? M * K : 0) + tile_rows * wide);
 }
 
+/* Workspace of lm_head_ce_bf16 / lm_head_ce_grad_bf16 in floats. The CPU
+ * widens x (rows x H) once and one chunk of w (chunk x H) at a time; a GPU
+ * multiplies the bf16 operands directly, and its backward writes each
+ * chunk's logit gradient in bf16 (rows x chunk halves) for the two GEMMs
+ * that read it. The formula is the larger of the two needs. */
+static inline int64_t xm_bf16_lm_ce_ws_floats(int64_t rows, int64_t H, int64_t chunk, int grad) {
+  int64_t cpu = (rows + chunk) * H, gpu = grad ? (rows * chunk + 1) / 2 + 4 : 0;
+  return cpu > gpu ? cpu : gpu;
+}
+
 #endif /* XM_RUNTIME_ABI_BF16_H */

@@ -95,6 +95,31 @@ static inline int64_t xm_ws_rmsnorm_grad(int64_t rows, int64_t H) {
   return rows * (int64_t)sizeof(float);
 }
 
+/* ---- the LM head's chunked cross-entropy ------------------------------------
+ * lm_head_ce / lm_head_ce_grad (runtime/abi/kernels.def) compute the logits
+ * x w^T one chunk of vocabulary columns at a time, so the [rows, V] logits
+ * never exist whole. Chunk width: the hidden width rounded up to a multiple
+ * of 64 (a chunk of logits is then no larger than the f32 hidden state it
+ * comes from), at least 64 columns, at most V. */
+#define XM_LM_CE_CHUNK_ALIGN 64
+
+static inline int64_t xm_lm_ce_chunk(int64_t V, int64_t H) {
+  int64_t c = (H + XM_LM_CE_CHUNK_ALIGN - 1) / XM_LM_CE_CHUNK_ALIGN * XM_LM_CE_CHUNK_ALIGN;
+  if (c < XM_LM_CE_CHUNK_ALIGN) c = XM_LM_CE_CHUNK_ALIGN;
+  return V < c ? (V > 0 ? V : 1) : c;
+}
+
+/* Their scratch in floats (the op's last result, f32[n]): per row the
+ * running softmax denominator (a double, 2 floats), the running maximum and
+ * the label's logit (the forward's state across chunks), then one chunk of
+ * logits (rows x chunk; the backward turns it into their gradient in
+ * place). The state words come first, so the double is 8-byte aligned. */
+static inline int64_t xm_lm_ce_scratch_floats(int64_t rows, int64_t chunk) {
+  if (rows < 0) rows = 0;
+  if (chunk < 1) chunk = 1;
+  return rows * (4 + chunk);
+}
+
 /* grad_norm_sq: the double the sum_sq_acc calls add into. */
 static inline int64_t xm_ws_norm_sq(void) { return (int64_t)sizeof(double); }
 

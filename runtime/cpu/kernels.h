@@ -109,6 +109,34 @@ void xm_k_cross_entropy(const float *logits, const int32_t *labels, float *loss,
 void xm_k_cross_entropy_grad(const float *dloss, const float *logits, const int32_t *labels,
                              float *dlogits, int64_t rows, int64_t V);
 
+/* The LM head fused with the cross-entropy, over the vocabulary in chunks of
+ * `chunk` columns (runtime/abi/workspace.h): *loss = cross_entropy(x w^T,
+ * labels) with x[rows,H], w[V,H], and stats[r] = {max_j l_rj, sum_j
+ * exp(l_rj - max)} for the backward; only one chunk of logits exists at a
+ * time, in scratch (xm_lm_ce_scratch_floats floats). Chunk by chunk the
+ * running maximum and denominator are rescaled (in double), so with one
+ * chunk the loss is xm_k_cross_entropy's bit for bit. */
+void xm_k_lm_head_ce(const float *x, const float *w, const int32_t *labels, float *loss,
+                     float *stats, int64_t rows, int64_t H, int64_t V, int64_t chunk,
+                     float *scratch);
+/* Its gradient: per chunk the logits again, then g (softmax - onehot) with
+ * g = *dloss / rows (xm_k_cross_entropy_grad's formula, from stats);
+ * dx[rows,H] = the sum over the chunks of dlogits_c w_c in chunk order, and
+ * dw[V,H] = beta dw + dlogits^T x, one chunk of rows at a time. */
+void xm_k_lm_head_ce_grad(const float *dloss, const float *x, const float *w,
+                          const int32_t *labels, const float *stats, float *dw, float *dx,
+                          int64_t rows, int64_t H, int64_t V, int64_t chunk, float beta,
+                          float *scratch);
+/* The same on bf16 x and w (widened in ws, xm_bf16_lm_ce_ws_floats); the
+ * backward rounds each chunk's logit gradient to bf16 before its GEMMs. */
+void xm_k_lm_head_ce_bf16(const xm_bf16_t *x, const xm_bf16_t *w, const int32_t *labels,
+                          float *loss, float *stats, int64_t rows, int64_t H, int64_t V,
+                          int64_t chunk, float *scratch, float *ws);
+void xm_k_lm_head_ce_grad_bf16(const float *dloss, const xm_bf16_t *x, const xm_bf16_t *w,
+                               const int32_t *labels, const float *stats, float *dw, float *dx,
+                               int64_t rows, int64_t H, int64_t V, int64_t chunk, float beta,
+                               float *scratch, float *ws);
+
 /* ---- router and padding-free MoE ---------------------------------------
  * (docs/design.md, Model semantics; Padding-free token permutation) */
 

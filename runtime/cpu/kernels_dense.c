@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/abi/bf16.h"
 #include "support/status.h"
 
 /* `omp simd` asks for vectorisation; where the compiler cannot give it
@@ -597,4 +598,146 @@ void xm_k_cross_entropy_grad(const float *dloss, const float *logits, const int3
       dr[j] = c * exp1(lr[j] - m);
     dr[lab] = (float)(g * ((double)exp1(lr[lab] - m) / sum - 1.0));
   }
+}
+
+/* ---- the LM head fused with the cross-entropy ----------------------------
+ * Chunk c covers vocabulary columns [c0, c0 + n) of w; its logits go to
+ * the scratch after the per-row state (runtime/abi/workspace.h). The bf16
+ * variants widen x once and each chunk of w as it comes (ws). */
+typedef struct {
+  const float *w;           /* f32 weight, or NULL */
+  const xm_bf16_t *wb;      /* bf16 weight, widened chunk by chunk into wide */
+  float *wide;              /* chunk x H floats */
+  int64_t H;
+} lmce_w_t;
+
+static const float *lmce_chunk(const lmce_w_t *w, int64_t c0, int64_t n) {
+  if (w->w) return w->w + c0 * w->H;
+  const xm_bf16_t *src = w->wb + c0 * w->H;
+  for (int64_t i = 0; i < n * w->H; i++)
+    w->wide[i] = xm_bf16_to_f32(src[i]);
+  return w->wide;
+}
+
+static int64_t lmce_cols(int64_t V, int64_t chunk, int64_t c0) {
+  return V - c0 < chunk ? V - c0 : chunk;
+}
+
+static void lmce_fwd(const float *x, const lmce_w_t *w, const int32_t *labels, float *loss,
+                     float *stats, int64_t rows, int64_t H, int64_t V, int64_t chunk,
+                     float *scratch) {
+  double *S = (double *)scratch;
+  float *M = scratch + 2 * rows, *tgt = scratch + 3 * rows, *lg = scratch + 4 * rows;
+  if (chunk < 1) chunk = 1;
+  for (int64_t c0 = 0; c0 < V; c0 += chunk) {
+    int64_t n = lmce_cols(V, chunk, c0);
+    xm_k_matmul(x, lmce_chunk(w, c0, n), lg, rows, H, n);
+#pragma omp parallel for if (rows * n >= XM_K_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      const float *lr = lg + r * n;
+      float m;
+      double sum;
+      row_lse(lr, n, &m, &sum);
+      if (c0 == 0) {
+        M[r] = m, S[r] = sum;
+      } else if (m > M[r]) {
+        S[r] = S[r] * exp((double)M[r] - (double)m) + sum;
+        M[r] = m;
+      } else {
+        S[r] += sum * exp((double)m - (double)M[r]);
+      }
+      int32_t lab = labels[r];
+      if (lab >= c0 && lab < c0 + n) tgt[r] = lr[lab - c0];
+    }
+  }
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; r++) {
+    stats[2 * r] = M[r];
+    stats[2 * r + 1] = (float)S[r];
+    int32_t lab = labels[r];
+    if (lab >= 0 && lab < V) total += (double)M[r] + log(S[r]) - (double)tgt[r];
+  }
+  *loss = rows > 0 ? (float)(total / (double)rows) : 0.0f;
+}
+
+static void lmce_bwd(const float *dloss, const float *x, const lmce_w_t *w,
+                     const int32_t *labels, const float *stats, float *dw, float *dx,
+                     int64_t rows, int64_t H, int64_t V, int64_t chunk, float beta, int round,
+                     float *scratch) {
+  if (rows <= 0) {
+    if (beta == 0.0f) memset(dw, 0, (size_t)(V * H) * sizeof *dw);
+    return;
+  }
+  if (chunk < 1) chunk = 1;
+  float *lg = scratch + 4 * rows;
+  double g = (double)*dloss / (double)rows;
+  for (int64_t c0 = 0; c0 < V; c0 += chunk) {
+    int64_t n = lmce_cols(V, chunk, c0);
+    const float *wc = lmce_chunk(w, c0, n);
+    xm_k_matmul(x, wc, lg, rows, H, n);
+#pragma omp parallel for if (rows * n >= XM_K_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      float *lr = lg + r * n;
+      int32_t lab = labels[r];
+      if (lab < 0 || lab >= V) {
+        memset(lr, 0, (size_t)n * sizeof *lr);
+        continue;
+      }
+      float m = stats[2 * r];
+      double sum = (double)stats[2 * r + 1];
+      float c = (float)(g / sum);
+      float at = lab >= c0 && lab < c0 + n ? lr[lab - c0] : 0.0f;
+      int64_t j = 0;
+      for (; j + 4 <= n; j += 4)
+        st4(lr + j, c * exp4(ld4(lr + j) - m));
+      for (; j < n; j++)
+        lr[j] = c * exp1(lr[j] - m);
+      if (lab >= c0 && lab < c0 + n) lr[lab - c0] = (float)(g * ((double)exp1(at - m) / sum - 1.0));
+      if (round)
+        for (j = 0; j < n; j++)
+          lr[j] = xm_bf16_to_f32(xm_bf16_from_f32(lr[j]));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)H, (int)n, 1.0f, lg,
+                (int)n, wc, (int)H, c0 == 0 ? 0.0f : 1.0f, dx, (int)H);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)H, (int)rows, 1.0f, lg,
+                (int)n, x, (int)H, beta, dw + c0 * H, (int)H);
+  }
+}
+
+void xm_k_lm_head_ce(const float *x, const float *w, const int32_t *labels, float *loss,
+                     float *stats, int64_t rows, int64_t H, int64_t V, int64_t chunk,
+                     float *scratch) {
+  lmce_w_t wt = {w, NULL, NULL, H};
+  lmce_fwd(x, &wt, labels, loss, stats, rows, H, V, chunk, scratch);
+}
+
+void xm_k_lm_head_ce_grad(const float *dloss, const float *x, const float *w,
+                          const int32_t *labels, const float *stats, float *dw, float *dx,
+                          int64_t rows, int64_t H, int64_t V, int64_t chunk, float beta,
+                          float *scratch) {
+  lmce_w_t wt = {w, NULL, NULL, H};
+  lmce_bwd(dloss, x, &wt, labels, stats, dw, dx, rows, H, V, chunk, beta, 0, scratch);
+}
+
+/* x widened into ws, then w's chunks after it. */
+static const float *lmce_widen_x(const xm_bf16_t *x, int64_t rows, int64_t H, float *ws) {
+  for (int64_t i = 0; i < rows * H; i++)
+    ws[i] = xm_bf16_to_f32(x[i]);
+  return ws;
+}
+
+void xm_k_lm_head_ce_bf16(const xm_bf16_t *x, const xm_bf16_t *w, const int32_t *labels,
+                          float *loss, float *stats, int64_t rows, int64_t H, int64_t V,
+                          int64_t chunk, float *scratch, float *ws) {
+  lmce_w_t wt = {NULL, w, ws + rows * H, H};
+  lmce_fwd(lmce_widen_x(x, rows, H, ws), &wt, labels, loss, stats, rows, H, V, chunk, scratch);
+}
+
+void xm_k_lm_head_ce_grad_bf16(const float *dloss, const xm_bf16_t *x, const xm_bf16_t *w,
+                               const int32_t *labels, const float *stats, float *dw, float *dx,
+                               int64_t rows, int64_t H, int64_t V, int64_t chunk, float beta,
+                               float *scratch, float *ws) {
+  lmce_w_t wt = {NULL, w, ws + rows * H, H};
+  lmce_bwd(dloss, lmce_widen_x(x, rows, H, ws), &wt, labels, stats, dw, dx, rows, H, V, chunk,
+           beta, 1, scratch);
 }

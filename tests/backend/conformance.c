@@ -1837,6 +1837,131 @@ static void t_matmul_dw_bf16(cx_t *c) {
     }
 }
 
+/* ---- the LM head fused with the cross-entropy --------------------------------
+ * rows, H, V, chunk: one chunk, chunks with a tail (7 = 3 + 3 + 1), a chunk
+ * wider than V, labels outside [0, V) (rows with zero loss and gradient),
+ * logits far from 0 (the running maximum must rescale across chunks), and
+ * one above the CPU's threshold for an OpenMP team (rows x chunk >= 2^17). */
+typedef struct {
+  int64_t rows, H, V, chunk;
+  int ignored, big;
+} lmce_case_t;
+static const lmce_case_t k_lmce[] = {
+    {1, 1, 1, 1, 0, 0},  {3, 5, 7, 3, 0, 0},   {6, 16, 50, 16, 0, 0}, {4, 8, 33, 64, 0, 0},
+    {5, 12, 40, 7, 1, 0}, {4, 6, 30, 8, 0, 1}, {260, 8, 600, 512, 0, 0},
+};
+#define N_LMCE ((int)(sizeof k_lmce / sizeof k_lmce[0]))
+
+typedef struct {
+  float *x, *w; /* f32 values (bf16-exact when bf16) */
+  xm_bf16_t *xb, *wb;
+  int32_t *lab;
+} lmce_in_t;
+
+static lmce_in_t lmce_inputs(cx_t *c, const lmce_case_t *k, int bf16) {
+  lmce_in_t in = {0};
+  int64_t nx = k->rows * k->H, nw = k->V * k->H;
+  float span = k->big ? 12.0f : 1.0f; /* logits up to ~ H * span^2 / 4 */
+  if (bf16) {
+    in.xb = hrand_b(c, nx, -span, span), in.wb = hrand_b(c, nw, -span, span);
+    in.x = hf(c, nx), in.w = hf(c, nw);
+    for (int64_t i = 0; i < nx; i++)
+      in.x[i] = xm_ref_bf16_widen(in.xb[i]);
+    for (int64_t i = 0; i < nw; i++)
+      in.w[i] = xm_ref_bf16_widen(in.wb[i]);
+  } else {
+    in.x = hrand(c, nx, -span, span), in.w = hrand(c, nw, -span, span);
+  }
+  in.lab = tokens(c, k->rows, k->V);
+  if (k->ignored)
+    for (int64_t r = 0; r < k->rows; r += 2)
+      in.lab[r] = r % 4 ? (int32_t)k->V : -1;
+  return in;
+}
+
+static void lmce_fwd_cases(cx_t *c, int bf16) {
+  for (int i = 0; i < N_LMCE; i++) {
+    const lmce_case_t *k = &k_lmce[i];
+    case_begin(c, "rows=%lld H=%lld V=%lld chunk=%lld%s%s", (long long)k->rows, (long long)k->H,
+               (long long)k->V, (long long)k->chunk, k->ignored ? " labels outside [0, V)" : "",
+               k->big ? " large logits" : "");
+    lmce_in_t in = lmce_inputs(c, k, bf16);
+    float loss, *stats = hf(c, 2 * k->rows);
+    float *dl = ddirty(c, 1), *dst = ddirty(c, 2 * k->rows);
+    int64_t sf = xm_lm_ce_scratch_floats(k->rows, k->chunk);
+    float *s = ws_new(c, sf);
+    int32_t *lab = di(c, in.lab, k->rows);
+    if (bf16) {
+      int64_t wf = xm_bf16_lm_ce_ws_floats(k->rows, k->H, k->chunk, 0);
+      float *ws = ws_new(c, wf);
+      KT->lm_head_ce_bf16(db(c, in.xb, k->rows * k->H), db(c, in.wb, k->V * k->H), lab, dl, dst,
+                          k->rows, k->H, k->V, k->chunk, s, ws);
+      ws_guard(c, ws, wf, "guard after ws");
+    } else {
+      KT->lm_head_ce(df(c, in.x, k->rows * k->H), df(c, in.w, k->V * k->H), lab, dl, dst, k->rows,
+                     k->H, k->V, k->chunk, s);
+    }
+    xm_ref_lm_head_ce(in.x, in.w, in.lab, &loss, stats, k->rows, k->H, k->V);
+    tol_t t = tol_sum(k->H);
+    chk_f(c, "loss", dl, &loss, 1, t);
+    chk_f(c, "stats", dst, stats, 2 * k->rows, t);
+    ws_guard(c, s, sf, "guard after scratch");
+  }
+}
+
+static void lmce_grad_cases(cx_t *c, int bf16) {
+  for (int beta = 0; beta <= 1; beta++)
+    for (int i = 0; i < N_LMCE; i++) {
+      const lmce_case_t *k = &k_lmce[i];
+      float dloss = i % 2 ? 0.37f : 1.0f;
+      case_begin(c, "rows=%lld H=%lld V=%lld chunk=%lld dloss=%g beta=%d%s%s", (long long)k->rows,
+                 (long long)k->H, (long long)k->V, (long long)k->chunk, dloss, beta,
+                 k->ignored ? " labels outside [0, V)" : "", k->big ? " large logits" : "");
+      lmce_in_t in = lmce_inputs(c, k, bf16);
+      int64_t nx = k->rows * k->H, nw = k->V * k->H;
+      float loss, *stats = hf(c, 2 * k->rows);
+      xm_ref_lm_head_ce(in.x, in.w, in.lab, &loss, stats, k->rows, k->H, k->V);
+      float *dw = beta ? hrand(c, nw, -2, 2) : hf(c, nw), *dx = hf(c, nx);
+      float *ddw = beta ? df(c, dw, nw) : ddirty(c, nw), *ddx = ddirty(c, nx);
+      int64_t sf = xm_lm_ce_scratch_floats(k->rows, k->chunk);
+      float *s = ws_new(c, sf);
+      float *dd = df(c, &dloss, 1), *dst = df(c, stats, 2 * k->rows);
+      int32_t *lab = di(c, in.lab, k->rows);
+      if (bf16) {
+        int64_t wf = xm_bf16_lm_ce_ws_floats(k->rows, k->H, k->chunk, 1);
+        float *ws = ws_new(c, wf);
+        KT->lm_head_ce_grad_bf16(dd, db(c, in.xb, nx), db(c, in.wb, nw), lab, dst, ddw, ddx,
+                                 k->rows, k->H, k->V, k->chunk, (float)beta, s, ws);
+        ws_guard(c, ws, wf, "guard after ws");
+      } else {
+        KT->lm_head_ce_grad(dd, df(c, in.x, nx), df(c, in.w, nw), lab, dst, ddw, ddx, k->rows,
+                            k->H, k->V, k->chunk, (float)beta, s);
+      }
+      xm_ref_lm_head_ce_grad(&dloss, in.x, in.w, in.lab, stats, dw, dx, k->rows, k->H, k->V,
+                             (float)beta, bf16);
+      /* Gradients that subtract (softmax - onehot), summed over V (dx) or
+       * the rows (dw); under bf16 each logit gradient is one bf16 rounding
+       * of a value the kernel and the reference compute slightly apart. */
+      tol_t tx = tol_sum(k->V), tw = tol_sum(k->rows);
+      tx.rtol *= 10, tw.rtol *= 10;
+      if (k->big) /* f32 logits of ~200 are 1e-5 off, which exp makes relative */
+        tx.rtol *= 10, tx.atol *= 10, tw.rtol *= 10, tw.atol *= 10;
+      if (bf16) tx = (tol_t){1.0 / 128.0, 2e-4}, tw = (tol_t){1.0 / 128.0, 2e-4 + tw.atol};
+      float *gx = chk_f(c, "dx", ddx, dx, nx, tx);
+      chk_f(c, "dw", ddw, dw, nw, tw);
+      for (int64_t r = 0; r < k->rows; r++)
+        if (in.lab[r] < 0 || in.lab[r] >= k->V)
+          for (int64_t h = 0; h < k->H; h++)
+            want_zero(c, "dx of a row whose label is outside [0, V)", gx, r * k->H + h);
+      ws_guard(c, s, sf, "guard after scratch");
+    }
+}
+
+static void t_lm_head_ce(cx_t *c) { lmce_fwd_cases(c, 0); }
+static void t_lm_head_ce_grad(cx_t *c) { lmce_grad_cases(c, 0); }
+static void t_lm_head_ce_bf16(cx_t *c) { lmce_fwd_cases(c, 1); }
+static void t_lm_head_ce_grad_bf16(cx_t *c) { lmce_grad_cases(c, 1); }
+
 /* The MoE routings and one with more rows on an expert than a CPU tile. */
 static route_t route_case_bf16(cx_t *c, int i) {
   if (i < N_ROUTES) return route_case(c, i);
@@ -2215,6 +2340,10 @@ static const entry_t k_kernel_entries[] = {
     {"embedding_grad", t_embedding_grad},
     {"cross_entropy", t_cross_entropy},
     {"cross_entropy_grad", t_cross_entropy_grad},
+    {"lm_head_ce", t_lm_head_ce},
+    {"lm_head_ce_grad", t_lm_head_ce_grad},
+    {"lm_head_ce_bf16", t_lm_head_ce_bf16},
+    {"lm_head_ce_grad_bf16", t_lm_head_ce_grad_bf16},
     {"router_score", t_router_score},
     {"router_score_grad", t_router_score_grad},
     {"topk_route", t_topk_route},

@@ -376,6 +376,67 @@ void xm_ref_cross_entropy_grad(const float *dloss, const float *logits, const in
   }
 }
 
+static void lm_logits(const float *x, const float *w, double *l, int64_t r, int64_t H,
+                      int64_t V) {
+  for (int64_t v = 0; v < V; v++) {
+    double d = 0.0;
+    for (int64_t h = 0; h < H; h++)
+      d += (double)x[r * H + h] * (double)w[v * H + h];
+    l[v] = d;
+  }
+}
+
+void xm_ref_lm_head_ce(const float *x, const float *w, const int32_t *labels, float *loss,
+                       float *stats, int64_t rows, int64_t H, int64_t V) {
+  double *l = malloc(sizeof(double) * (size_t)(V > 0 ? V : 1)), total = 0.0;
+  for (int64_t r = 0; r < rows; r++) {
+    lm_logits(x, w, l, r, H, V);
+    double mx = l[0], s = 0.0;
+    for (int64_t v = 1; v < V; v++)
+      mx = l[v] > mx ? l[v] : mx;
+    for (int64_t v = 0; v < V; v++)
+      s += exp(l[v] - mx);
+    stats[2 * r] = (float)mx;
+    stats[2 * r + 1] = (float)s;
+    if (labels[r] >= 0 && labels[r] < V) total += mx + log(s) - l[labels[r]];
+  }
+  *loss = rows > 0 ? (float)(total / (double)rows) : 0.0f;
+  free(l);
+}
+
+void xm_ref_lm_head_ce_grad(const float *dloss, const float *x, const float *w,
+                            const int32_t *labels, const float *stats, float *dw, float *dx,
+                            int64_t rows, int64_t H, int64_t V, float beta, int round_bf16) {
+  double *l = malloc(sizeof(double) * (size_t)(V > 0 ? V : 1));
+  float *g = calloc((size_t)(rows * V > 0 ? rows * V : 1), sizeof(float));
+  double scale = rows > 0 ? (double)*dloss / (double)rows : 0.0;
+  for (int64_t r = 0; r < rows; r++) {
+    if (labels[r] < 0 || labels[r] >= V) continue;
+    lm_logits(x, w, l, r, H, V);
+    for (int64_t v = 0; v < V; v++) {
+      double p = exp(l[v] - (double)stats[2 * r]) / (double)stats[2 * r + 1];
+      float d = (float)(scale * (p - (v == labels[r] ? 1.0 : 0.0)));
+      g[r * V + v] = round_bf16 ? xm_ref_bf16_widen(xm_ref_bf16(d)) : d;
+    }
+  }
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t h = 0; h < H; h++) {
+      double d = 0.0;
+      for (int64_t v = 0; v < V; v++)
+        d += (double)g[r * V + v] * (double)w[v * H + h];
+      dx[r * H + h] = (float)d;
+    }
+  for (int64_t v = 0; v < V; v++)
+    for (int64_t h = 0; h < H; h++) {
+      double d = beta == 0.0f ? 0.0 : (double)beta * (double)dw[v * H + h];
+      for (int64_t r = 0; r < rows; r++)
+        d += (double)g[r * V + v] * (double)x[r * H + h];
+      dw[v * H + h] = (float)d;
+    }
+  free(g);
+  free(l);
+}
+
 /* ---- router and padding-free MoE ------------------------------------------- */
 
 void xm_ref_router_score(const float *logits, float *scores, int64_t T, int64_t E, int scoring) {

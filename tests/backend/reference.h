@@ -58,6 +58,17 @@ void xm_ref_cross_entropy(const float *logits, const int32_t *labels, float *los
                           int64_t V);
 void xm_ref_cross_entropy_grad(const float *dloss, const float *logits, const int32_t *labels,
                                float *dlogits, int64_t rows, int64_t V);
+/* The fused LM head + cross-entropy on f32 x[rows,H], w[V,H] (bf16 inputs
+ * widened by the caller): logits in double; stats[r] = {max, sum of
+ * exp(l - max)}; labels outside [0, V) count as zero loss. The gradient
+ * takes the stats given (as the kernel does), rounds each logit gradient
+ * to bf16 when round_bf16, and sets dx = dlogits w, dw = beta dw +
+ * dlogits^T x. */
+void xm_ref_lm_head_ce(const float *x, const float *w, const int32_t *labels, float *loss,
+                       float *stats, int64_t rows, int64_t H, int64_t V);
+void xm_ref_lm_head_ce_grad(const float *dloss, const float *x, const float *w,
+                            const int32_t *labels, const float *stats, float *dw, float *dx,
+                            int64_t rows, int64_t H, int64_t V, float beta, int round_bf16);
 
 /* ---- router and padding-free MoE ---- */
 void xm_ref_router_score(const float *logits, float *scores, int64_t T, int64_t E, int scoring);

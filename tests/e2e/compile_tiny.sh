@@ -43,7 +43,7 @@ assert a["generator"] == "xmoec 0.1.0", a["generator"]
 assert a["inputs"] == [{"path": "samples/tiny.json", "sha256": sha}], a["inputs"]
 assert a["generated"] == ["program.c", "main.c", "config.json", "model.xir"], a["generated"]
 assert a["built"] == ["train"] and b["built"] == [], (a["built"], b["built"])
-assert a["pipeline"].startswith("fuse-permute-gemm,autodiff{grad-accum=2 "), a["pipeline"]
+assert a["pipeline"].startswith("fuse-permute-gemm,fuse-lm-head,autodiff{grad-accum=2 "), a["pipeline"]
 m = a["memory"]
 assert m["weights"] > 0 and m["grads"] == m["weights"] and m["optimizer"] == 2 * m["weights"], m
 assert m["persistent_bytes"] >= m["weights"] + m["grads"] + m["optimizer"], m

@@ -172,11 +172,13 @@ static void test_memory_by_hand(void **state) {
    * dense: + g, u, s (3 x 4x16) -> 768; MoE: scores 4x4 fp32 (64), ids and
    * weights 2 x 4x2 (64), slot order N = 8 (32), tokens per expert (16),
    * rows 8x8 (256), g, u, s 3 x 8x8 (768), expert output 8x8 (256); head:
-   * last output and its norm (256), logits 4x16 (256), tokens and labels
-   * (32). Workspace: the logits' gradient and the head's dx (256 + 128). */
+   * last output and its norm (256), tokens and labels (32) and, as xmoec
+   * fuses the LM head with the loss (chunk 16 = V), the stats 4x2 (32)
+   * instead of the logits. Workspace: the fused loss's scratch 4 x (16 + 4)
+   * (320) and its dx (128). */
   double dense = 1024 + 768, moe = 1024 + 64 + 64 + 32 + 16 + 256 + 768 + 256;
-  double head = 256 + 256 + 32;
-  assert_near(c.activations, dense + moe + head + 384, 0);
+  double head = 256 + 32 + 32;
+  assert_near(c.activations, dense + moe + head + 320 + 128, 0);
   assert_near(c.buffers, 0, 0);
   assert_near(c.overhead, 1024.0 * 1024 * 1024, 0);
   assert_near(c.total, c.weights + c.grads + c.optimizer + c.activations + c.buffers + c.overhead,

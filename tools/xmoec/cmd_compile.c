@@ -111,8 +111,9 @@ static void compile_usage(FILE *out) {
           "  --emulate              GPU targets: build OUT/train with the kernels compiled\n"
           "                         for the CPU emulation of the GPU (runs anywhere, slowly;\n"
           "                         the kernels' test bed)\n"
-          "  --no-fuse              keep the padding-free gather and combine as separate\n"
-          "                         kernels (no fuse-permute-gemm pass; for comparison)\n"
+          "  --no-fuse              keep the padding-free gather and combine, and the LM\n"
+          "                         head's logits, as separate kernels (no fuse-permute-gemm\n"
+          "                         and fuse-lm-head passes; for comparison)\n"
           "  --print-ir-after-all   print the module to stderr after every pass\n"
           "  --timing               per-pass time table on stderr\n"
           "  --print-build-flags    print the compiler, flags and libraries used to\n"
@@ -765,13 +766,13 @@ static xm_status_t resolve_layout(compile_t *c, xm_diag_t *diag) {
   return xm_layout_check(&c->spec, &c->layout, origin, c->a.input, diag);
 }
 
-/* "[shard{...},][fuse-permute-gemm,]autodiff{...},[mixed-precision{...},]
+/* "[shard{...},][fuse-permute-gemm,fuse-lm-head,]autodiff{...},[mixed-precision{...},]
  * canonicalize,fold-accumulate,host-reads,kernel-workspace,routed-rows,
  * plan-memory,schedule". The shard
  * pass's options are all spelled out, so the manifest records the whole
  * layout. `fuse` false
- * leaves the permutation unfused (--no-fuse, and the comparison build of
- * the memory report); a bf16 program gets mixed-precision after autodiff. */
+ * leaves the permutation and the loss unfused (--no-fuse, and the
+ * comparison build of the memory report); a bf16 program gets mixed-precision after autodiff. */
 static bool bf16(const compile_t *c) { return c->spec.training.dtype == XM_DTYPE_BF16; }
 
 static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
@@ -784,7 +785,7 @@ static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
                      (long long)l->dp, (long long)l->tp, (long long)l->ep, l->ssmb ? 1 : 0,
                      l->rbd ? 1 : 0, l->zero, (long long)l->ranks_per_node,
                      (long long)(c->a.dispatch_bound > 0 ? c->a.dispatch_bound : 4));
-  if (fuse) xm_strbuf_puts(out, "fuse-permute-gemm,");
+  if (fuse) xm_strbuf_puts(out, "fuse-permute-gemm,fuse-lm-head,");
   xm_strbuf_printf(out, "autodiff{grad-accum=%lld aux-free-gamma=",
                    (long long)(t->global_batch / (t->micro_batch * l->dp)));
   xm_strbuf_put_double(out, c->spec.moe.aux_free_gamma);
@@ -826,7 +827,7 @@ static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
   XM_RETURN_IF_ERROR(xm_plan_memory_read_report(c->m, diag, &c->mem));
   c->fused_gathers = xm_ir_module_get_int(c->m, "fused_gathers", 0);
   c->fused_combines = xm_ir_module_get_int(c->m, "fused_combines", 0);
-  if (c->fused_gathers + c->fused_combines > 0)
+  if (c->fused_gathers + c->fused_combines > 0 || xm_ir_module_get_int(c->m, "fused_losses", 0) > 0)
     XM_RETURN_IF_ERROR(unfused_activations(c, diag, &c->unfused_activation_bytes));
   XM_RETURN_IF_ERROR(xm_codegen_config_json(&c->spec, &c->config));
   xm_codegen_inputs_t in = {.spec_path = c->a.input,
@@ -876,18 +877,28 @@ static void print_fusion(const compile_t *c) {
            "master weights, gradients, reductions and AdamW states\n",
            (long long)xm_ir_module_get_int(c->m, "mixed_casts", 0));
   if (c->a.no_fuse) {
-    printf("fuse-permute-gemm: off (--no-fuse)\n");
-    return;
-  }
-  if (c->fused_gathers + c->fused_combines == 0) {
-    printf("fuse-permute-gemm: nothing to fold (the gathers and combines meet collectives)\n");
+    printf("fuse-permute-gemm: off (--no-fuse)\nfuse-lm-head: off (--no-fuse)\n");
     return;
   }
   const double mib = 1024.0 * 1024.0;
-  printf("fuse-permute-gemm: the gather folded into %lld grouped GEMMs, the combine into %lld; "
-         "activation arena %.2f MiB (%.2f MiB unfused)\n",
-         (long long)c->fused_gathers, (long long)c->fused_combines,
-         (double)c->mem.activation_bytes / mib, (double)c->unfused_activation_bytes / mib);
+  if (c->fused_gathers + c->fused_combines == 0)
+    printf("fuse-permute-gemm: nothing to fold (the gathers and combines meet collectives)\n");
+  else
+    printf("fuse-permute-gemm: the gather folded into %lld grouped GEMMs, the combine into %lld; "
+           "activation arena %.2f MiB (%.2f MiB unfused)\n",
+           (long long)c->fused_gathers, (long long)c->fused_combines,
+           (double)c->mem.activation_bytes / mib, (double)c->unfused_activation_bytes / mib);
+  if (xm_ir_module_get_int(c->m, "fused_losses", 0) > 0) {
+    printf("fuse-lm-head: the LM head and the cross-entropy over the vocabulary in chunks of %lld "
+           "columns (the [tokens, vocab] logits never exist whole)",
+           (long long)xm_ir_module_get_int(c->m, "lm_ce_chunk", 0));
+    if (c->fused_gathers + c->fused_combines == 0) /* the arena line was not printed above */
+      printf("; activation arena %.2f MiB (%.2f MiB unfused)",
+             (double)c->mem.activation_bytes / mib, (double)c->unfused_activation_bytes / mib);
+    printf("\n");
+  }
+  else
+    printf("fuse-lm-head: nothing to fold\n");
 }
 
 /* "layout: dp2 tp2 ep4 ssmb, 4 ranks (2 per node)", or "(one rank)". */

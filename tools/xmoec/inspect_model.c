@@ -415,6 +415,15 @@ static void compute_cost(const ctx_t *c, xm_ins_op_t *o) {
   case XM_OP_GROUPED_MATMUL_COMBINE_DW:
     f = 2 * exp_numel(c, in[1]) * (double)dim(in[0], 1);
     break;
+  /* The fused loss: the head's GEMM, 2 T H V (the softmax's few T V
+   * are left out, as for the matmul it replaces); its backward recomputes
+   * the logits and runs the dx and dw GEMMs: three times that. */
+  case XM_OP_LM_HEAD_CE: /* x[...,H], w[V,H], labels */
+    f = 2 * (double)dim(in[1], 1) * exp_numel(c, in[2]) * (double)dim(in[1], 0);
+    break;
+  case XM_OP_LM_HEAD_CE_GRAD: /* dloss, x, w[V,H], labels */
+    f = 6 * (double)dim(in[2], 1) * exp_numel(c, in[3]) * (double)dim(in[2], 0);
+    break;
   case XM_OP_ATTENTION: /* causal: half of 2 B Hq S^2 (D + Dv) */
     f = (double)dim(in[0], 0) * dim(in[0], 2) * dim(in[0], 1) * dim(in[0], 1) *
         (double)(dim(in[0], 3) + dim(in[2], 3));
@@ -437,7 +446,8 @@ static void compute_cost(const ctx_t *c, xm_ins_op_t *o) {
             op->code == XM_OP_GROUPED_MATMUL_DX || op->code == XM_OP_GROUPED_MATMUL_DW ||
             (op->code >= XM_OP_GATHER_GROUPED_MATMUL_DX &&
              op->code <= XM_OP_GROUPED_MATMUL_COMBINE_DW) ||
-            op->code == XM_OP_GATHER_GROUPED_MATMUL || op->code == XM_OP_GROUPED_MATMUL_COMBINE;
+            op->code == XM_OP_GATHER_GROUPED_MATMUL || op->code == XM_OP_GROUPED_MATMUL_COMBINE ||
+            op->code == XM_OP_LM_HEAD_CE || op->code == XM_OP_LM_HEAD_CE_GRAD;
   o->flops = o->comm ? 0.0 : f;
   /* Bytes: operands read, results written; in-place updates (no results)
    * read and write their operands; aliased reshapes move nothing. */

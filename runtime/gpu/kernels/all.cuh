@@ -9,5 +9,6 @@
 #include "runtime/gpu/kernels/moe.cuh"
 #include "runtime/gpu/kernels/gemm.cuh"
 #include "runtime/gpu/kernels/fused.cuh"
+#include "runtime/gpu/kernels/loss.cuh"
 
 #endif /* XM_RUNTIME_GPU_KERNELS_ALL_CUH */

@@ -288,6 +288,28 @@ void xm_g_cross_entropy(xm_stream_t s, const float *logits, const int32_t *label
 }
 XM_G_TABLE(cross_entropy)
 
+/* A row's largest value m and sum of exp(l - m) (in double) over the
+ * block, every thread getting both; red_f / red_d as xm_block_max and
+ * xm_norm_block_sum_d want them. Contains barriers: every thread calls it. */
+XM_DEV void xm_norm_row_softmax_stats(const float *lr, int64_t n, float *red_f, double *red_d,
+                                      float *out_m, double *out_sum) {
+  float m = -INFINITY;
+  for (int64_t j = xm_tid(); j < n; j += xm_ntid()) m = lr[j] > m ? lr[j] : m;
+  m = xm_block_max(m, red_f);
+  double sum = 0.0;
+  for (int64_t j = xm_tid(); j < n; j += xm_ntid()) sum += (double)expf(lr[j] - m);
+  *out_m = m;
+  *out_sum = xm_norm_block_sum_d(sum, red_d);
+}
+
+/* The gradient of the mean cross-entropy at one logit l of a row whose
+ * statistics are (m, sum): c exp(l - m), c = (float)(g / sum), and at the
+ * label g (exp(l - m) / sum - 1) in double, as the CPU computes them. */
+XM_DEV float xm_norm_dlogit(float l, float m, double sum, float c, double g, bool at_label) {
+  const float e = expf(l - m);
+  return at_label ? (float)(g * ((double)e / sum - 1.0)) : c * e;
+}
+
 /* dlogits[r,j] = g * (softmax_j - [j == label]), g = *dloss / rows (in
  * double): c * exp(l_j - m) with c = (float)(g / sum), and at the label
  * g * (exp(l - m) / sum - 1) in double, as the CPU. A row with a label
@@ -308,17 +330,12 @@ k_cross_entropy_grad(const float *dloss, const float *logits, const int32_t *lab
       for (int64_t j = xm_tid(); j < V; j += xm_ntid()) dr[j] = 0.0f;
       continue;
     }
-    float m = -INFINITY;
-    for (int64_t j = xm_tid(); j < V; j += xm_ntid()) m = lr[j] > m ? lr[j] : m;
-    m = xm_block_max(m, redf);
-    double sum = 0.0;
-    for (int64_t j = xm_tid(); j < V; j += xm_ntid()) sum += (double)expf(lr[j] - m);
-    sum = xm_norm_block_sum_d(sum, redd);
-    float c = (float)(g / sum);
-    for (int64_t j = xm_tid(); j < V; j += xm_ntid()) {
-      float e = expf(lr[j] - m);
-      dr[j] = j == lab ? (float)(g * ((double)e / sum - 1.0)) : c * e;
-    }
+    float m;
+    double sum;
+    xm_norm_row_softmax_stats(lr, V, redf, redd, &m, &sum);
+    const float c = (float)(g / sum);
+    for (int64_t j = xm_tid(); j < V; j += xm_ntid())
+      dr[j] = xm_norm_dlogit(lr[j], m, sum, c, g, j == lab);
   }
 }
 
