@@ -29,7 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int shim_result_t;
+#include "runtime/comm/nccl.h"
+
+/* The entry points are defined with the very types runtime/comm/nccl.h
+ * calls them through (a call through a function pointer of another type is
+ * undefined behaviour, and UBSan's function check reports it). */
+typedef xm_nccl_result_t shim_result_t;
 enum {
   SHIM_SUCCESS = 0,
   SHIM_SYSTEM_ERROR = 2,
@@ -40,9 +45,8 @@ enum {
 enum { SHIM_INT32 = 2, SHIM_FLOAT32 = 7, SHIM_SUM = 0 };
 enum { SHIM_ID_BYTES = 128 };
 
-typedef struct {
-  char internal[SHIM_ID_BYTES];
-} shim_id_t;
+typedef xm_nccl_unique_id_t shim_id_t;
+_Static_assert(sizeof(shim_id_t) == SHIM_ID_BYTES, "an NCCL unique id is 128 bytes");
 
 /* What the id holds (the rest is zero). */
 typedef struct {
@@ -51,10 +55,11 @@ typedef struct {
   int32_t seq;   /* ids the maker made before it */
 } shim_id_body_t;
 
-typedef struct shim_comm {
+struct xm_nccl_comm {
   MPI_Comm comm;
   int rank, size;
-} shim_comm_t;
+};
+typedef struct xm_nccl_comm shim_comm_t;
 
 /* Point-to-point calls between ncclGroupStart and ncclGroupEnd. */
 typedef struct {
