@@ -697,10 +697,9 @@ static void lmce_bwd(const float *dloss, const float *x, const lmce_w_t *w,
         for (j = 0; j < n; j++)
           lr[j] = xm_bf16_to_f32(xm_bf16_from_f32(lr[j]));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)H, (int)n, 1.0f, lg,
-                (int)n, wc, (int)H, c0 == 0 ? 0.0f : 1.0f, dx, (int)H);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)H, (int)rows, 1.0f, lg,
-                (int)n, x, (int)H, beta, dw + c0 * H, (int)H);
+    /* through gemm(): sliced over the OpenMP team like every GEMM here */
+    gemm(0, 0, rows, H, n, 1.0f, lg, n, wc, H, c0 == 0 ? 0.0f : 1.0f, dx, H);
+    gemm(1, 0, n, H, rows, 1.0f, lg, n, x, H, beta, dw + c0 * H, H);
   }
 }
 
