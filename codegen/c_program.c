@@ -37,10 +37,11 @@
  * Gradient clipping: grad_norm_sq only stores its f32 sum of squares (a
  * multi-rank step all-reduces and adds partial sums in the graph); each
  * adamw sets x->grad_norm and x->grad_scale from the norm_sq it consumes
- * before its update. An adamw with attrs group/group_size is ZeRO-1: grad,
- * m and v are this member's chunk of c = ceil(n/P) elements and only that
- * range of the param (pointer offset index*c, length clipped to n) is
- * updated. The tensor table carries each tensor's split (a param's attrs
+ * before its update; a run of consecutive adamw ops on the same norm is one
+ * adamw_multi call over a table of their tensors (emit_adamw). An adamw with
+ * attrs group/group_size is ZeRO-1: grad, m and v are this member's chunk of
+ * c = ceil(n/P) elements and only that range of the param (pointer offset
+ * index*c, length clipped to n) is updated. The tensor table carries each tensor's split (a param's attrs
  * split_group/split_dim, inherited by its grad and unchunked moments) and a
  * ZeRO-1 state's chunk_group; the program object carries the layout from
  * the module attrs par_dp, par_tp, par_ep, par_ssmb, par_rbd, par_zero,
@@ -272,12 +273,13 @@ typedef struct {
   const xm_ir_value_t *v; /* the IR value a buffer argument holds, or NULL */
 } karg_t;
 
-typedef enum { KA_IN, KA_OUT, KA_I64, KA_F32, KA_INT } karg_kind_t;
+typedef enum { KA_IN, KA_OUT, KA_I64, KA_F32, KA_INT, KA_HOST } karg_kind_t;
 
-/* Argument i of a signature: its kind and, for buffers, its dtype text. */
+/* Argument i of a signature: its kind and, for buffers, its dtype text
+ * (for a host table, its type: "adamw_tensor" for xm_rt_adamw_tensor_t). */
 typedef struct {
   karg_kind_t kind;
-  char dtype[8];
+  char dtype[24];
   char name[24];
 } ksig_arg_t;
 
@@ -293,8 +295,9 @@ static int parse_signature(const char *args, ksig_arg_t *out, int cap) {
     if (!close) return -1;
     /* the name: after the comma for buffers, else the whole parenthesis */
     const char *nm = open + 1;
-    if (strncmp(p, "XM_IN(", 6) == 0 || strncmp(p, "XM_OUT(", 7) == 0) {
-      a.kind = p[3] == 'I' ? KA_IN : KA_OUT;
+    if (strncmp(p, "XM_IN(", 6) == 0 || strncmp(p, "XM_OUT(", 7) == 0 ||
+        strncmp(p, "XM_HOST(", 8) == 0) {
+      a.kind = p[3] == 'H' ? KA_HOST : p[3] == 'I' ? KA_IN : KA_OUT;
       const char *d = open + 1, *e = strchr(d, ',');
       if (!e || e > close || e - d >= (long)sizeof a.dtype) return -1;
       memcpy(a.dtype, d, (size_t)(e - d));
@@ -377,6 +380,7 @@ static void c_type(const ksig_arg_t *a, char *buf, size_t cap) {
   case KA_I64: snprintf(buf, cap, "int64_t"); return;
   case KA_F32: snprintf(buf, cap, "float"); return;
   case KA_INT: snprintf(buf, cap, "int"); return;
+  case KA_HOST: snprintf(buf, cap, "const xm_rt_%s_t *", a->dtype); return;
   default: break;
   }
   const char *ct = "void";
@@ -389,7 +393,7 @@ static void c_type(const ksig_arg_t *a, char *buf, size_t cap) {
 static void gpu_params(xm_strbuf_t *b, const ksig_arg_t *want, int m) {
   xm_strbuf_puts(b, "xm_rt_stream_t *s");
   for (int i = 0; i < m; i++) {
-    char t[32];
+    char t[48];
     c_type(&want[i], t, sizeof t);
     size_t tl = strlen(t);
     xm_strbuf_printf(b, ", %s%s%s", t, tl && t[tl - 1] == '*' ? "" : " ", want[i].name);
@@ -1003,12 +1007,43 @@ static void emit_grad_norm(gen_t *g, const xm_ir_op_t *op) {
   EMIT("}");
 }
 
-/* adamw: the global norm and clip coefficient from its norm_sq operand,
- * then the update. With attrs group/group_size (ZeRO-1) grad, m and v are
- * this member's chunk [c] of the flattened param [n]: only elements
- * [index*c, min(n, (index+1)*c)) of the param are updated (none when the
- * range is empty: the last members of a short tensor own nothing). */
+/* The op before module index i that runs code (declarations of params and
+ * states emit nothing), or -1. */
+static int prev_code_op(const gen_t *g, int i) {
+  while (--i >= 0)
+    if (!is_declaration(xm_ir_module_op(g->m, i))) return i;
+  return -1;
+}
+
+/* Whether the op at module index i is an adamw that continues a batch: the
+ * op before it that runs code is an adamw of the step reading the same
+ * norm_sq. */
+static bool adamw_continues(const gen_t *g, int i) {
+  const xm_ir_op_t *op = xm_ir_module_op(g->m, i);
+  int j = prev_code_op(g, i);
+  if (op->code != XM_OP_ADAMW || j < 0) return false;
+  const xm_ir_op_t *prev = xm_ir_module_op(g->m, j);
+  return prev->code == XM_OP_ADAMW && is_step(prev) && prev->operands[4] == op->operands[4];
+}
+
+/* adamw: a run of consecutive adamw ops that read the same norm_sq (the
+ * step's optimizer, which autodiff emits as one block) is one launch of
+ * adamw_multi over a table of the run's tensors, emitted at the run's first
+ * op; the others say where they went. Before it, the global norm and clip
+ * coefficient from the norm_sq (read by its host_read). Each op's decay
+ * attr is its entry's decay flag. With attrs group/group_size (ZeRO-1)
+ * grad, m and v are this member's chunk [c] of the flattened param [n]:
+ * the entry covers elements [index*c, min(n, (index+1)*c)) of the param
+ * (none when the range is empty: the last members of a short tensor own
+ * nothing). */
 static void emit_adamw(gen_t *g, const xm_ir_op_t *op) {
+  const int first = g->op_index;
+  if (adamw_continues(g, first)) {
+    int head = first;
+    while (adamw_continues(g, head)) head = prev_code_op(g, head);
+    EMIT("/* batched: updated by the adamw_multi of op %d */", head);
+    return;
+  }
   char norm[32];
   snprintf(norm, sizeof norm, "(&h_%d)", IN(4)->id);
   if (g->host_of[IN(4)->id] < 0)
@@ -1016,34 +1051,64 @@ static void emit_adamw(gen_t *g, const xm_ir_op_t *op) {
               "%s: its norm operand has no host_read, so the host cannot take the clip "
               "coefficient (run host-reads)%s",
               NULL);
-  const char *decay = xm_ir_op_get_bool(op, "decay", false) ? "x->weight_decay" : "0.0f";
-  EMIT("x->grad_norm = sqrt((double)*%s);", norm);
-  EMIT("x->grad_scale = xm_rt_clip_coef(*%s, x->grad_clip);", norm);
-  if (!xm_ir_op_attr(op, "group")) {
-    CALL("adamw", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KI(numel(IN(0))), KS("x->lr"),
-         KS("x->beta1"), KS("x->beta2"), KS("x->adam_eps"), KS(decay), KS("x->step"),
-         KS("x->grad_scale"));
+  /* The run: module indices of its ops, declarations between them skipped. */
+  int count = 0, *run = malloc(sizeof *run * (size_t)xm_ir_module_num_ops(g->m));
+  if (!run) {
+    gen_error(g, op, XM_ERR_NO_MEMORY, "%s: out of memory%s", "");
     return;
   }
-  int64_t n = numel(IN(0)), c = numel(IN(1)), P = iattr(g, op, "group_size");
-  if (P < 1 || c != (n + P - 1) / P || numel(IN(2)) != c || numel(IN(3)) != c)
-    gen_error(g, op, XM_ERR_INTERNAL,
-              "%s: the ZeRO-1 chunks of grad, m and v are not ceil(n / group_size)%s", NULL);
-  const char *group = group_const(g, op);
+  run[count++] = first;
+  for (int i = first + 1; i < xm_ir_module_num_ops(g->m); i++) {
+    if (is_declaration(xm_ir_module_op(g->m, i))) continue;
+    if (!adamw_continues(g, i)) break;
+    run[count++] = i;
+  }
+  EMIT("x->grad_norm = sqrt((double)*%s);", norm);
+  EMIT("x->grad_scale = xm_rt_clip_coef(*%s, x->grad_clip);", norm);
   EMIT("{");
   xm_emit_indent(&g->e);
-  EMIT("int64_t lo = xm_rt_group_index(x, %s) * " I64 ";", group, c);
-  EMIT("int64_t len = " I64 " - lo < " I64 " ? " I64 " - lo : " I64 ";", n, c, n, c);
-  EMIT("if (len > 0)");
+  EMIT("xm_rt_adamw_tensor_t t[%d] = {", count);
   xm_emit_indent(&g->e);
-  char lo[160];
-  snprintf(lo, sizeof lo, "%s + lo", A(0));
-  CALL("adamw", ((karg_t){lo, IN(0)}), KV(IN(1)), KV(IN(2)), KV(IN(3)), KS("len"), KS("x->lr"),
-       KS("x->beta1"), KS("x->beta2"), KS("x->adam_eps"), KS(decay), KS("x->step"),
-       KS("x->grad_scale"));
+  for (int j = 0; j < count; j++) {
+    const xm_ir_op_t *a = xm_ir_module_op(g->m, run[j]);
+    g->op_index = run[j];
+    int64_t n = numel(a->operands[0]);
+    if (xm_ir_op_attr(a, "group")) {
+      int64_t c = numel(a->operands[1]), P = iattr(g, a, "group_size");
+      if (P < 1 || c != (n + P - 1) / P || numel(a->operands[2]) != c ||
+          numel(a->operands[3]) != c)
+        gen_error(g, a, XM_ERR_INTERNAL,
+                  "%s: the ZeRO-1 chunks of grad, m and v are not ceil(n / group_size)%s", NULL);
+      n = 0; /* this member's range, set below */
+    }
+    EMIT("{%s, %s, %s, %s, " I64 ", %d, 0}, /* of op %d */", ptr(g, a->operands[0]),
+         ptr(g, a->operands[1]), ptr(g, a->operands[2]), ptr(g, a->operands[3]), n,
+         xm_ir_op_get_bool(a, "decay", false) ? 1 : 0, run[j]);
+  }
   xm_emit_dedent(&g->e);
+  EMIT("};");
+  for (int j = 0; j < count; j++) {
+    const xm_ir_op_t *a = xm_ir_module_op(g->m, run[j]);
+    if (!xm_ir_op_attr(a, "group")) continue;
+    g->op_index = run[j];
+    int64_t n = numel(a->operands[0]), c = numel(a->operands[1]);
+    EMIT("{ /* ZeRO-1: this member's chunk of the param of op %d */", run[j]);
+    xm_emit_indent(&g->e);
+    EMIT("int64_t lo = xm_rt_group_index(x, %s) * " I64 ";", group_const(g, a), c);
+    EMIT("int64_t len = " I64 " - lo < " I64 " ? " I64 " - lo : " I64 ";", n, c, n, c);
+    EMIT("if (len > 0) {");
+    EMIT("  t[%d].p += lo;", j);
+    EMIT("  t[%d].n = len;", j);
+    EMIT("}");
+    xm_emit_dedent(&g->e);
+    EMIT("}");
+  }
+  g->op_index = first;
+  CALL("adamw_multi", KS("t"), KI(count), KS("x->lr"), KS("x->beta1"), KS("x->beta2"),
+       KS("x->adam_eps"), KS("x->weight_decay"), KS("x->step"), KS("x->grad_scale"));
   xm_emit_dedent(&g->e);
   EMIT("}");
+  free(run);
 }
 
 /* Training-state and optimizer ops. */
@@ -1120,21 +1185,49 @@ static void trace_hook(const gen_t *g, const xm_ir_op_t *op, xm_strbuf_t *c) {
                    (xm_ir_opinfo(op->code)->flags & XM_OPF_COMM) ? " | XM_RT_TRACE_COMM" : "");
 }
 
+static bool emit_code(gen_t *g, const xm_ir_op_t *op) {
+  return emit_structure(g, op) || emit_dense(g, op) || emit_dense_grad(g, op) ||
+         emit_moe(g, op) || emit_spmd(g, op) || emit_train(g, op);
+}
+
+/* An op with attr last_micro (overlap-grad-reduce: a collective of the
+ * micro function that runs in the last micro-batch of a step only) runs,
+ * trace hook included, under `if (x->last_micro)`, queued on the
+ * communication stream between xm_rt_overlap_begin and _end. */
 static void emit_op(gen_t *g, const xm_ir_op_t *op) {
   const char *loc = op->loc[0] && comment_safe(op->loc) ? op->loc : "?";
+  const bool last_micro = xm_ir_op_get_bool(op, "last_micro", false);
   xm_strbuf_t c;
   xm_strbuf_init(&c);
   xm_strbuf_printf(&c, "/* op %d %s @%s", g->op_index, xm_ir_opinfo(op->code)->name, loc);
   const xm_ir_attr_t *layer = xm_ir_op_attr(op, "layer");
   if (layer && layer->kind == XM_ATTR_INT) xm_strbuf_printf(&c, " layer %" PRId64, layer->i);
-  xm_strbuf_puts(&c, " */");
-  trace_hook(g, op, &c);
+  xm_strbuf_puts(&c, last_micro ? " last micro-batch, communication stream */" : " */");
+  if (!last_micro) trace_hook(g, op, &c);
   EMIT("%s", xm_strbuf_cstr(&c));
   xm_strbuf_free(&c);
-  if (emit_structure(g, op) || emit_dense(g, op) || emit_dense_grad(g, op) || emit_moe(g, op) ||
-      emit_spmd(g, op) || emit_train(g, op))
-    return;
-  gen_error(g, op, XM_ERR_UNSUPPORTED, "%s cannot run in the generated CPU schedule yet%s", NULL);
+  if (last_micro) {
+    if (is_step(op) || !(xm_ir_opinfo(op->code)->flags & XM_OPF_COMM))
+      gen_error(g, op, XM_ERR_INTERNAL,
+                "%s has attr last_micro but is not a collective of the micro-batch%s", NULL);
+    xm_strbuf_t h;
+    xm_strbuf_init(&h);
+    xm_strbuf_puts(&h, "if (x->last_micro) {");
+    trace_hook(g, op, &h);
+    EMIT("%s", xm_strbuf_cstr(&h));
+    xm_strbuf_free(&h);
+    xm_emit_indent(&g->e);
+    EMIT("xm_rt_overlap_begin(x);");
+  }
+  bool ok = emit_code(g, op);
+  if (last_micro) {
+    EMIT("xm_rt_overlap_end(x);");
+    xm_emit_dedent(&g->e);
+    EMIT("}");
+  }
+  if (!ok)
+    gen_error(g, op, XM_ERR_UNSUPPORTED, "%s cannot run in the generated CPU schedule yet%s",
+              NULL);
 }
 
 /* The run-time row count of each routed value, as the routed-rows pass
@@ -1210,6 +1303,8 @@ static void emit_function(gen_t *g, const char *name, bool step) {
   EMIT("static void %s(xm_rt_exec_t *x) {", name);
   xm_emit_indent(&g->e);
   if (step) {
+    if (xm_ir_module_get_int(g->m, "overlapped_reductions", 0) > 0)
+      EMIT("xm_rt_overlap_join(x); /* the reductions of the last micro-batch */");
     EMIT("x->grad_norm = 0.0;");
     EMIT("x->grad_scale = 1.0f;");
   }

@@ -663,8 +663,8 @@ static xm_ir_value_t *global_norm_sq(ad_t *a, step_param_t *sp, int n) {
   return total;
 }
 
-/* Gradient reduction, grad_norm_sq, AdamW per param (on its ZeRO-1 chunk,
- * then the all-gather of the param), zero the grads; then the aux-free bias
+/* Gradient reduction, grad_norm_sq, AdamW per param (on its ZeRO-1 chunk),
+ * then the all-gathers of the ZeRO-1 params, zero the grads; then the aux-free bias
  * updates on the loads summed over the token-parallel ranks. Params are
  * visited in forward order (deterministic output). */
 static void emit_step(ad_t *a, const aux_free_t *af, int num_af, double gamma) {
@@ -693,11 +693,15 @@ static void emit_step(ad_t *a, const aux_free_t *af, int num_af, double gamma) {
       }
       xm_ir_op_t *ad = emit(a, XM_OP_ADAMW, 5, OPS(p, sp[i].grad, mo, vo, ns), 0, NULL);
       xm_ir_op_set_bool(a->m, ad, "decay", p->type.rank >= 2);
-      if (sp[i].zero) {
-        set_group(a, ad, sp[i].zero);
-        xm_ir_op_t *ga = emit(a, XM_OP_ZERO_GATHER, 1, OPS(p), 0, NULL);
-        set_group(a, ga, sp[i].zero);
-      }
+      if (sp[i].zero) set_group(a, ad, sp[i].zero);
+    }
+    /* The ZeRO-1 gathers after every update: the adamw ops stay one block,
+     * which codegen runs as one multi-tensor launch. */
+    for (int i = 0; i < ng; i++) {
+      if (!sp[i].zero) continue;
+      a->src = sp[i].param;
+      xm_ir_op_t *ga = emit(a, XM_OP_ZERO_GATHER, 1, OPS(sp[i].param->results[0]), 0, NULL);
+      set_group(a, ga, sp[i].zero);
     }
     for (int i = 0; i < ng; i++) {
       xm_ir_value_t *g = a->state[sp[i].param->results[0]->id];

@@ -23,6 +23,7 @@ extern const xm_pass_info_t xm_pass_plan_memory;
 extern const xm_pass_info_t xm_pass_routed_rows;
 extern const xm_pass_info_t xm_pass_schedule;
 extern const xm_pass_info_t xm_pass_shard;
+extern const xm_pass_info_t xm_pass_overlap_grad_reduce;
 
 static const xm_pass_info_t *const k_passes[] = {
     &xm_pass_autodiff,        /* backward graph + optimizer step */
@@ -34,6 +35,7 @@ static const xm_pass_info_t *const k_passes[] = {
     &xm_pass_host_reads,      /* host_read ops where the host needs device values */
     &xm_pass_kernel_workspace, /* kernel scratch as op workspaces for the memory plan */
     &xm_pass_mixed_precision, /* bf16 GEMM operands, f32 accumulation */
+    &xm_pass_overlap_grad_reduce, /* gradient reductions start in the last backward */
     &xm_pass_routed_rows,     /* which run-time row count each routed buffer has */
     &xm_pass_shape_infer,     /* result types recomputed from operands */
     &xm_pass_strip_locations, /* every loc set to "" */

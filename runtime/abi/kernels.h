@@ -25,11 +25,26 @@ typedef uint16_t xm_bf16_t;
 #define XM_KT_i32 int32_t
 #define XM_KT_f64 double
 
+/* One tensor of a multi-tensor AdamW launch (XM_HOST(adamw_tensor, ...)):
+ * the param, its gradient and the two moments, n elements each (device
+ * addresses), and whether weight decay applies. The array of them is a
+ * host array: a GPU backend copies it into its launches' arguments, so no
+ * device buffer holds it. */
+typedef struct {
+  float *p;
+  const float *g;
+  float *m, *v;
+  int64_t n;
+  int32_t decay; /* 1: p *= 1 - lr * weight_decay first; 0: no decay */
+  int32_t pad_;
+} xm_rt_adamw_tensor_t;
+
 #define XM_IN(dt, n) const XM_KT_##dt *n
 #define XM_OUT(dt, n) XM_KT_##dt *n
 #define XM_I64(n) int64_t n
 #define XM_F32(n) float n
 #define XM_INT(n) int n
+#define XM_HOST(type, n) const xm_rt_##type##_t *n
 
 typedef struct xm_rt_kernels {
 #define XM_KERNEL(name, ret, args) ret(*name) args;
@@ -42,6 +57,7 @@ typedef struct xm_rt_kernels {
 #undef XM_I64
 #undef XM_F32
 #undef XM_INT
+#undef XM_HOST
 
 typedef enum {
 #define XM_KERNEL(name, ret, args) XM_RT_KERNEL_##name,

@@ -141,6 +141,18 @@ struct xm_rt_exec {
    * step traced by `out/train --trace` runs, else NULL: the hooks of the
    * generated code test it and do nothing else when it is NULL. */
   void *trace;
+  /* Overlapped collectives (the overlap-grad-reduce pass; docs/design.md,
+   * Overlap). comm_stream: the communication stream beside `stream`, NULL
+   * when the backend gave none (every collective then runs in order on
+   * `stream`); comm_fork / comm_done: its two events. last_micro: set by
+   * the driver while the last micro-batch of an optimizer step runs (the
+   * overlapped reductions run then only; 0 in an evaluation). While such a
+   * collective is queued, `stream` is the communication stream and
+   * compute_stream holds the compute one; comm_pending: work on the
+   * communication stream that the step must wait for. */
+  xm_rt_stream_t *comm_stream, *compute_stream;
+  xm_rt_event_t *comm_fork, *comm_done;
+  int last_micro, comm_pending;
 };
 
 /* Arena access from generated code and the driver, queued on the exec's
@@ -157,6 +169,38 @@ static inline void xm_rt_fill_i32(const xm_rt_exec_t *x, int32_t *dst, int32_t v
 }
 static inline void xm_rt_read(const xm_rt_exec_t *x, void *host, const void *dev, int64_t bytes) {
   x->be->read(x->be, host, dev, (size_t)bytes, x->stream);
+}
+
+/* An overlapped collective of generated code: xm_rt_overlap_begin makes
+ * the communication stream wait for what the compute stream has queued so
+ * far and queues what follows there (the collective reads and writes
+ * through x->stream, so it lands on that stream whatever its transport);
+ * xm_rt_overlap_end goes back to the compute stream, which runs on
+ * without waiting. xm_rt_overlap_join (the step function's first line)
+ * makes the compute stream wait for everything the communication stream
+ * was given. Without a communication stream, and in a step traced by
+ * `out/train --trace` (whose op timings assume one op at a time), begin and
+ * end do nothing and the collective runs in order. A host-blocking
+ * transport (MPI, host staging) synchronises the stream it is given, so it
+ * is correct here too, but overlaps nothing. */
+static inline void xm_rt_overlap_begin(xm_rt_exec_t *x) {
+  if (!x->comm_stream || x->trace || x->compute_stream) return;
+  x->be->event_record(x->be, x->comm_fork, x->stream);
+  x->be->stream_wait(x->be, x->comm_stream, x->comm_fork);
+  x->compute_stream = x->stream;
+  x->stream = x->comm_stream;
+}
+static inline void xm_rt_overlap_end(xm_rt_exec_t *x) {
+  if (!x->compute_stream) return;
+  x->stream = x->compute_stream;
+  x->compute_stream = NULL;
+  x->comm_pending = 1;
+}
+static inline void xm_rt_overlap_join(xm_rt_exec_t *x) {
+  if (!x->comm_pending) return;
+  x->be->event_record(x->be, x->comm_done, x->comm_stream);
+  x->be->stream_wait(x->be, x->stream, x->comm_done);
+  x->comm_pending = 0;
 }
 
 /* The program a generated out/program.c defines. */

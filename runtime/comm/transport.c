@@ -253,8 +253,10 @@ xm_rt_stage_t *xm_rt_transport_stage(xm_rt_comm_t *c) {
 void *xm_rt_transport_scratch(xm_rt_transport_t *t, void *stream, size_t bytes) {
   if (t->scratch && t->scratch_cap >= bytes) return t->scratch;
   if (t->scratch) {
-    /* Queued work may still read the old one. */
-    t->be->sync(t->be, (xm_rt_stream_t *)stream);
+    /* Queued work may still read the old one, on this stream or on the
+     * other (the overlapped collectives' communication stream). */
+    (void)stream;
+    t->be->sync(t->be, NULL);
     t->be->free(t->be, t->scratch);
   }
   t->scratch = t->be->alloc(t->be, bytes);

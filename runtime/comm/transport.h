@@ -94,7 +94,8 @@ xm_status_t xm_rt_transport_create(xm_rt_comm_t *c, xm_rt_backend_t *be, xm_rt_c
 xm_rt_stage_t *xm_rt_transport_stage(xm_rt_comm_t *c);
 
 /* Device memory of at least `bytes` owned by the transport (grow-only;
- * the stream is synchronised before an older, smaller one is freed);
+ * every stream of the device is synchronised before an older, smaller one
+ * is freed: the overlapped collectives use it from a second stream);
  * NULL when the backend has none. */
 void *xm_rt_transport_scratch(xm_rt_transport_t *t, void *stream, size_t bytes);
 

@@ -217,6 +217,10 @@ void xm_k_sum_sq_acc(const float *x, int64_t n, double *acc, float *out);
  * (sqrt(v / (1-b2^t)) + eps), t = step (1-based). */
 void xm_k_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
+/* xm_k_adamw on each of `count` tensors (weight_decay where decay is 1),
+ * in one fork of the thread team; bit for bit the per-tensor result. */
+void xm_k_adamw_multi(const xm_rt_adamw_tensor_t *tensors, int64_t count, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
 /* bias[e] += gamma * sign(mean(load) - load[e]) */
 void xm_k_aux_free_update(float *bias, const int32_t *load, int64_t E, float gamma);
 

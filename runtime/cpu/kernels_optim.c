@@ -127,6 +127,40 @@ void xm_k_adamw(float *p, const float *g, float *m, float *v, int64_t n, float l
   }
 }
 
+/* One fork of the thread team for every tensor: each thread walks the same
+ * list and takes its static share of each tensor's chunks (no barrier
+ * between tensors), so the per-element arithmetic, and the result, are
+ * those of xm_k_adamw on each tensor alone. */
+void xm_k_adamw_multi(const xm_rt_adamw_tensor_t *tensors, int64_t count, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, int64_t step, float grad_scale) {
+  double t = (double)(step > 0 ? step : 1);
+  const adamw_t base = {.beta2 = beta2,
+                        .eps = eps,
+                        .bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, t)),
+                        .step_size = (float)((double)lr / (1.0 - pow((double)beta1, t))),
+                        .decay = 1.0f,
+                        .one_m_b1 = 1.0f - beta1,
+                        .one_m_b2 = 1.0f - beta2,
+                        .grad_scale = grad_scale};
+  const float decay = 1.0f - lr * weight_decay;
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; i++)
+    total += tensors[i].n > 0 ? tensors[i].n : 0;
+#pragma omp parallel if (total > XM_K_PAR_MIN)
+  for (int64_t i = 0; i < count; i++) {
+    const xm_rt_adamw_tensor_t *d = &tensors[i];
+    if (d->n <= 0) continue;
+    adamw_t c = base;
+    if (d->decay) c.decay = decay;
+    int64_t chunks = (d->n + XM_K_CHUNK - 1) / XM_K_CHUNK;
+#pragma omp for schedule(static) nowait
+    for (int64_t k = 0; k < chunks; k++) {
+      int64_t i0 = k * XM_K_CHUNK, i1 = i0 + XM_K_CHUNK < d->n ? i0 + XM_K_CHUNK : d->n;
+      adamw_span(d->p, d->g, d->m, d->v, i0, i1, &c);
+    }
+  }
+}
+
 void xm_k_aux_free_update(float *bias, const int32_t *load, int64_t E, float gamma) {
   if (E <= 0) return;
   double mean = 0.0;

@@ -326,6 +326,18 @@ static xm_status_t setup_exec(trainer_t *t) {
   x->ctx = &t->ctx;
   x->be = t->be;
   x->stream = x->be->stream_create(x->be);
+  /* The communication stream of the overlapped collectives: without one
+   * (a backend that cannot make a second stream or its events) they run in
+   * order on the compute stream, which is correct, only slower. */
+  x->comm_stream = x->be->stream_create(x->be);
+  x->comm_fork = x->comm_stream ? x->be->event_create(x->be) : NULL;
+  x->comm_done = x->comm_fork ? x->be->event_create(x->be) : NULL;
+  if (!x->comm_done) {
+    if (x->comm_fork) x->be->event_destroy(x->be, x->comm_fork);
+    if (x->comm_stream) x->be->stream_destroy(x->be, x->comm_stream);
+    x->comm_fork = NULL;
+    x->comm_stream = NULL;
+  }
   x->persist = x->be->alloc(x->be, (size_t)p->persistent_bytes);
   x->act = x->be->alloc(x->be, (size_t)p->activation_bytes);
   x->persist_host = x->be->host_visible ? x->persist : calloc(1, (size_t)p->persistent_bytes + 1);
@@ -663,7 +675,9 @@ static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double 
   for (int64_t m = 0; m < p->grad_accum; m++) {
     fill_inputs(t, 0, mine + m * p->micro_batch);
     if (t->x.trace) xm_rt_trace_set(t->x.trace, s, (int)m);
+    t->x.last_micro = m == p->grad_accum - 1; /* the overlapped reductions run then */
     p->micro(&t->x);
+    t->x.last_micro = 0;
     sum += t->x.host_loss; /* read by the micro function's host_read ops */
     sum_ce += t->x.host_ce_loss;
   }
@@ -950,10 +964,16 @@ static xm_status_t run(trainer_t *t) {
 static void cleanup(trainer_t *t) {
   free(t->inputs_host);
   if (t->x.be) {
+    t->x.be->sync(t->x.be, NULL); /* every stream, the communication one too */
     if (t->x.persist_host != t->x.persist) free(t->x.persist_host);
     t->x.be->free(t->x.be, t->x.persist);
     t->x.be->free(t->x.be, t->x.act);
     if (t->x.stream) t->x.be->stream_destroy(t->x.be, t->x.stream);
+    if (t->x.comm_stream) {
+      t->x.be->event_destroy(t->x.be, t->x.comm_fork);
+      t->x.be->event_destroy(t->x.be, t->x.comm_done);
+      t->x.be->stream_destroy(t->x.be, t->x.comm_stream);
+    }
   }
   xm_rt_data_close(t->data);
   xm_diag_free(&t->warnings);

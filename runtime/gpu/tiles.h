@@ -15,6 +15,11 @@
 #define XM_TILE_THREADS 256
 /* Most blocks of a grid-stride elementwise launch. */
 #define XM_TILE_MAX_GRID_1D 65535
+/* Multi-tensor AdamW: tensors per launch (their table travels in the
+ * launch's arguments, which both vendors cap at 4 KB) and the elements one
+ * block updates. */
+#define XM_TILE_ADAMW_TENSORS 48
+#define XM_TILE_ADAMW_BLOCK_ELEMS (XM_TILE_THREADS * 16)
 
 #if defined(XM_TARGET_AMD)
 /* GEMM block tile (rows x cols) and its K step, warps per block. */

@@ -2278,6 +2278,70 @@ static void t_adamw(cx_t *c) {
   }
 }
 
+/* adamw_multi against the reference per tensor (decay where the entry says
+ * so), and bit for bit against the backend's own adamw on each tensor
+ * alone. Empty entries point at a dirty buffer that must stay untouched;
+ * the host table is wiped right after the call (a backend reads it at the
+ * call, never later); 53 tensors cross a GPU launch's pack of 48 and the
+ * long ones span several blocks. */
+static void t_adamw_multi(cx_t *c) {
+  enum { MAXT = 53 };
+  for (int cs = 0; cs < 3; cs++) {
+    adam_t s = k_adam[cs + 1];
+    int count = cs == 0 ? 5 : cs == 1 ? MAXT : 1;
+    int64_t sizes[MAXT];
+    int decay[MAXT];
+    for (int i = 0; i < count; i++) {
+      static const int64_t first[5] = {1, 0, 33, 4096, 4097};
+      sizes[i] = cs == 0 ? first[i] : cs == 2 ? 9001 : (i % 7 == 3 ? 0 : 1 + irand(c, 300));
+      decay[i] = (i + cs) % 2;
+    }
+    if (cs == 1) sizes[17] = 9000;
+    case_begin(c, "%d tensors step=%lld lr=%g wd=%g grad_scale=%g", count, (long long)s.step,
+               s.lr, s.wd, s.gs);
+    xm_rt_adamw_tensor_t tab[MAXT];
+    float *hp[MAXT], *hm[MAXT], *hv[MAXT], *dp1[MAXT], *dm1[MAXT], *dv1[MAXT];
+    float *dp2[MAXT], *dm2[MAXT], *dv2[MAXT];
+    const float *dg[MAXT];
+    void *dirty = ddirty(c, 64);
+    for (int i = 0; i < count; i++) {
+      int64_t n = sizes[i];
+      if (n == 0) {
+        tab[i] = (xm_rt_adamw_tensor_t){dirty, dirty, dirty, dirty, 0, decay[i], 0};
+        continue;
+      }
+      hp[i] = hrand(c, n, -1, 1);
+      float *g = hrand(c, n, -1, 1);
+      hm[i] = s.step > 1 ? hrand(c, n, -0.1f, 0.1f) : hf(c, n);
+      hv[i] = s.step > 1 ? hrand(c, n, 0.0f, 0.01f) : hf(c, n);
+      dp1[i] = df(c, hp[i], n), dm1[i] = df(c, hm[i], n), dv1[i] = df(c, hv[i], n);
+      dp2[i] = df(c, hp[i], n), dm2[i] = df(c, hm[i], n), dv2[i] = df(c, hv[i], n);
+      dg[i] = df(c, g, n);
+      tab[i] = (xm_rt_adamw_tensor_t){dp1[i], dg[i], dm1[i], dv1[i], n, decay[i], 0};
+      xm_ref_adamw(hp[i], g, hm[i], hv[i], n, s.lr, s.b1, s.b2, s.eps, decay[i] ? s.wd : 0.0f,
+                   s.step, s.gs);
+    }
+    KT->adamw_multi(tab, count, s.lr, s.b1, s.b2, s.eps, s.wd, s.step, s.gs);
+    memset(tab, 0, sizeof tab);
+    for (int i = 0; i < count; i++)
+      if (sizes[i])
+        KT->adamw(dp2[i], dg[i], dm2[i], dv2[i], sizes[i], s.lr, s.b1, s.b2, s.eps,
+                  decay[i] ? s.wd : 0.0f, s.step, s.gs);
+    for (int i = 0; i < count && !c->case_failed; i++) {
+      int64_t n = sizes[i];
+      if (n == 0) continue;
+      float *p = chk_f(c, "p", dp1[i], hp[i], n, (tol_t){2e-6, 1e-7});
+      float *m = chk_f(c, "m", dm1[i], hm[i], n, (tol_t){2e-6, 2e-8});
+      float *v = chk_f(c, "v", dv1[i], hv[i], n, (tol_t){2e-6, 2e-9});
+      cmp_f(c, "p against adamw alone", p, dget(c, dp2[i], n), n, (tol_t){0, 0});
+      cmp_f(c, "m against adamw alone", m, dget(c, dm2[i], n), n, (tol_t){0, 0});
+      cmp_f(c, "v against adamw alone", v, dget(c, dv2[i], n), n, (tol_t){0, 0});
+      if (c->case_failed) fail(c, "(tensor %d of %d, %lld elements)", i, count, (long long)n);
+    }
+    chk_untouched(c, "the buffer of the empty entries", dirty, 0, 64);
+  }
+}
+
 static void t_aux_free_update(cx_t *c) {
   static const int32_t loads[][7] = {{5},
                                      {1, 2, 3, 0, 0, 0, 0},
@@ -2385,6 +2449,7 @@ static const entry_t k_kernel_entries[] = {
     {"accumulate_i32", t_accumulate_i32},
     {"sum_sq_acc", t_sum_sq_acc},
     {"adamw", t_adamw},
+    {"adamw_multi", t_adamw_multi},
     {"aux_free_update", t_aux_free_update},
 };
 #define N_KERNEL_ENTRIES ((int)(sizeof k_kernel_entries / sizeof k_kernel_entries[0]))

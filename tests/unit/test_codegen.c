@@ -255,12 +255,18 @@ static void test_program_tiny(void **state) {
   assert_int_equal(count_substr(text, "xm_rt_read(x, &h_"), 1);
   assert_int_equal(count_substr(text, "xm_rt_read(x, &x->host_loss, "), 1);
   assert_int_equal(count_substr(text, "xm_rt_read(x, &x->host_ce_loss, "), 1);
-  assert_int_equal(count_substr(text, "xm_k_adamw("), count_substr(text, "XM_RT_CAT_GRADS,"));
-  /* Clipping: grad_norm_sq only stores its sum; every adamw reads it. */
-  assert_int_equal(count_substr(text, "x->grad_scale = xm_rt_clip_coef(*"),
-                   count_substr(text, "xm_k_adamw("));
-  assert_int_equal(count_substr(text, "x->grad_norm = sqrt((double)*"),
-                   count_substr(text, "xm_k_adamw("));
+  /* The optimizer: one adamw_multi over a table with a row per trained
+   * tensor (one per gradient), the others say where they went. */
+  assert_int_equal(count_substr(text, "xm_k_adamw_multi(t, "), 1);
+  assert_int_equal(count_substr(text, "xm_k_adamw("), 0);
+  int64_t grads = count_substr(text, "XM_RT_CAT_GRADS,");
+  assert_int_equal(count_substr(text, "/* batched: updated by the adamw_multi of op "), grads - 1);
+  char want_call[96];
+  snprintf(want_call, sizeof want_call, "xm_rt_adamw_tensor_t t[%d] = {", (int)grads);
+  assert_int_equal(count_substr(text, want_call), 1);
+  /* Clipping: grad_norm_sq only stores its sum; the launch reads it. */
+  assert_int_equal(count_substr(text, "x->grad_scale = xm_rt_clip_coef(*"), 1);
+  assert_int_equal(count_substr(text, "x->grad_norm = sqrt((double)*"), 1);
   assert_null(strstr(text, "sqrt(norm_sq)"));
   assert_non_null(strstr(text, "#include \"runtime/comm/spmd.h\"\n"));
   assert_int_equal(count_substr(text, "static void micro(xm_rt_exec_t *x) {"), 1);
@@ -593,7 +599,7 @@ static void test_program_spmd(void **state) {
   assert_int_equal(generate(m, &spec, &d, &b), XM_OK);
   const char *text = xm_strbuf_cstr(&a);
   assert_string_equal(text, xm_strbuf_cstr(&b));
-  char p0[96], p1[96], p2[96], r0[96], r1[96];
+  char p0[96], p1[96], p2[96], p3[96], r0[96], r1[96];
 
   /* Count exchange, dispatch: n_<id> of the received rows. */
   const xm_ir_op_t *ex = nth_op(m, XM_OP_EXCHANGE_COUNTS, 0);
@@ -685,21 +691,33 @@ static void test_program_spmd(void **state) {
   assert_non_null(strstr(text, "xm_rt_read(x, &h_"));
   assert_op_has(text, m, ad, "x->grad_norm = sqrt((double)*%s);", p2);
   assert_op_has(text, m, ad, "x->grad_scale = xm_rt_clip_coef(*%s, x->grad_clip);", p2);
+  /* The three adamw ops are one launch at the first: a table row per op
+   * (the ZeRO-1 rows start empty and get this member's chunk), then the
+   * call with the decay each row's flag. */
+  place_text(ad->operands[2], p2, sizeof p2);
+  place_text(ad->operands[3], p3, sizeof p3);
+  assert_op_has(text, m, ad, "xm_rt_adamw_tensor_t t[3] = {");
+  assert_op_has(text, m, ad, "{%s, %s, %s, %s, 0, 1, 0}, /* of op %d */", p0, p1, p2, p3,
+                op_index(m, ad));
   assert_op_has(text, m, ad, "int64_t lo = xm_rt_group_index(x, XM_RT_GROUP_EDP) * 16;");
   assert_op_has(text, m, ad, "int64_t len = 32 - lo < 16 ? 32 - lo : 16;");
-  assert_op_has(text, m, ad, "if (len > 0)");
-  assert_op_has(text, m, ad, "xm_k_adamw(%s + lo, %s, ", p0, p1);
-  assert_op_has(text, m, ad, ", len, x->lr, x->beta1, x->beta2, x->adam_eps, x->weight_decay, "
-                             "x->step, x->grad_scale);");
-  ad = nth_op(m, XM_OP_ADAMW, 1);
+  assert_op_has(text, m, ad, "if (len > 0) {");
+  assert_op_has(text, m, ad, "  t[0].p += lo;");
+  assert_op_has(text, m, ad, "  t[0].n = len;");
   assert_op_has(text, m, ad, "int64_t lo = xm_rt_group_index(x, XM_RT_GROUP_DP) * 3;");
   assert_op_has(text, m, ad, "int64_t len = 10 - lo < 3 ? 10 - lo : 3;");
-  assert_op_has(text, m, ad, ", len, x->lr, x->beta1, x->beta2, x->adam_eps, 0.0f, ");
-  ad = nth_op(m, XM_OP_ADAMW, 2);
-  place_text(ad->operands[0], p0, sizeof p0);
-  assert_op_has(text, m, ad, "x->grad_scale = xm_rt_clip_coef(*%s, x->grad_clip);", p2);
-  assert_op_has(text, m, ad, "xm_k_adamw(%s, ", p0);
-  assert_op_has(text, m, ad, ", 8, x->lr, ");
+  assert_op_has(text, m, ad, "  t[1].n = len;");
+  const xm_ir_op_t *ad2 = nth_op(m, XM_OP_ADAMW, 2);
+  place_text(ad2->operands[0], p0, sizeof p0);
+  place_text(ad2->operands[1], p1, sizeof p1);
+  assert_op_has(text, m, ad, "{%s, %s, ", p0, p1);
+  assert_op_has(text, m, ad, ", 8, 1, 0}, /* of op %d */", op_index(m, ad2));
+  assert_op_has(text, m, ad, "xm_k_adamw_multi(t, 3, x->lr, x->beta1, x->beta2, x->adam_eps, "
+                             "x->weight_decay, x->step, x->grad_scale);");
+  assert_op_has(text, m, nth_op(m, XM_OP_ADAMW, 1),
+                "/* batched: updated by the adamw_multi of op %d */", op_index(m, ad));
+  assert_op_has(text, m, ad2, "/* batched: updated by the adamw_multi of op %d */",
+                op_index(m, ad));
   const xm_ir_op_t *zg = nth_op(m, XM_OP_ZERO_GATHER, 0);
   place_text(zg->operands[0], p0, sizeof p0);
   assert_op_has(text, m, zg, "xm_rt_zero_gather(x, XM_RT_GROUP_EDP, %s, 32);", p0);

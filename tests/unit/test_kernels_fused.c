@@ -24,7 +24,8 @@
  * a size threshold (up to 30 rows for a [rows, 48] x [48, 40] product) and
  * the packed one above, which round differently once K reaches about 48.
  * At the small cases' K = 24, M = 20 both kernels give the same bits, so
- * the equality is asserted there for every tile size; the large case
+ * the equality is asserted there for every tile size (on the AVX-512
+ * cores: unfused_bits); the large case
  * (test_threads_bitwise) uses the tolerance for the forward and combine
  * kernels. The two dw kernels sum the rows tile by
  * tile (GEMMs with beta 1 after the first tile) and combine_grad multiplies
@@ -39,6 +40,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -48,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "runtime/cpu/kernels.h"
 #include "tests/unit/kernel_rng.h"
@@ -107,6 +110,30 @@ static void check_relf(const float *got, const float *want, int64_t n, const cha
     w[i] = want[i];
   check_rel(got, w, n, what);
   free(w);
+}
+
+/* Whether the bitwise comparisons with the unfused path apply: they were
+ * verified on OpenBLAS's AVX-512 cores (SkylakeX, Cooperlake, the cores
+ * out/train and the tests choose on such CPUs). Other cores (Haswell, Zen,
+ * Prescott, which a user's OPENBLAS_CORETYPE may force) round a row of a
+ * one-row tile differently from the same row of a whole-expert GEMM, so
+ * there the fused and unfused results are held to the tolerance only, and
+ * the test says so once. The fused kernels' own bitwise independence of
+ * threads and slots is asserted on every core. */
+extern char *openblas_get_corename(void);
+static bool unfused_bits(void) {
+  static int known = -1;
+  if (known < 0) {
+    const char *core = openblas_get_corename();
+    known = core && (strcasecmp(core, "skylakex") == 0 || strcasecmp(core, "cooperlake") == 0 ||
+                     strcasecmp(core, "sapphirerapids") == 0);
+    if (!known)
+      fprintf(stderr,
+              "note: OpenBLAS core %s: fused against unfused at the tolerance only "
+              "(bit equality is asserted on the AVX-512 cores)\n",
+              core ? core : "(unknown)");
+  }
+  return known == 1;
 }
 
 static void check_bits(const float *got, const float *want, int64_t n, const char *what) {
@@ -408,7 +435,7 @@ static void compare(const prob_t *p, const outs_t *f, const refs_t *r, const out
   CHECK(dwc, EMK);
   CHECK(dwc1, EMK);
 #undef CHECK
-  if (!bits) return;
+  if (!bits || !unfused_bits()) return;
   snprintf(what, sizeof what, "%s: y bits", name);
   check_bits(f->y, u->y, n * M, what);
   snprintf(what, sizeof what, "%s: out bits", name);
@@ -587,7 +614,7 @@ static void test_threads_bitwise(void **state) {
     snprintf(label, sizeof label, "threads 2 slots 3 tile %lld", (long long)tile);
     compare(&p, &ref, &r, &u, label, 0);
     snprintf(label, sizeof label, "threads 2 slots 3 tile %lld: dx bits", (long long)tile);
-    check_bits(ref.dx, u.dx, p.T * p.K, label);
+    if (unfused_bits()) check_bits(ref.dx, u.dx, p.T * p.K, label);
     for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ri++) {
       omp_set_num_threads(runs[ri].threads);
       fused(&p, tile, runs[ri].slots, &o);

@@ -767,8 +767,9 @@ static xm_status_t resolve_layout(compile_t *c, xm_diag_t *diag) {
 }
 
 /* "[shard{...},][fuse-permute-gemm,fuse-lm-head,]autodiff{...},[mixed-precision{...},]
- * canonicalize,fold-accumulate,host-reads,kernel-workspace,routed-rows,
- * plan-memory,schedule". The shard
+ * canonicalize,fold-accumulate,[overlap-grad-reduce,]host-reads,kernel-workspace,
+ * routed-rows,plan-memory,schedule" (the bracketed shard and overlap-grad-reduce
+ * on more than one rank). The shard
  * pass's options are all spelled out, so the manifest records the whole
  * layout. `fuse` false
  * leaves the permutation and the loss unfused (--no-fuse, and the
@@ -791,8 +792,9 @@ static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
   xm_strbuf_put_double(out, c->spec.moe.aux_free_gamma);
   xm_strbuf_puts(out, "},");
   if (bf16(c)) xm_strbuf_puts(out, "mixed-precision{dtype=bf16},");
-  xm_strbuf_puts(out, "canonicalize,fold-accumulate,host-reads,kernel-workspace,routed-rows,"
-                      "plan-memory,schedule");
+  xm_strbuf_puts(out, "canonicalize,fold-accumulate,");
+  if (xm_layout_world(l) > 1) xm_strbuf_puts(out, "overlap-grad-reduce,");
+  xm_strbuf_puts(out, "host-reads,kernel-workspace,routed-rows,plan-memory,schedule");
 }
 
 /* The activation arena of the same program without the fusion, for the

@@ -48,6 +48,8 @@ typedef struct {
   int layer;        /* -1: none */
   bool traced;      /* runs code: has an event in both traces */
   bool comm;        /* a collective (XM_OPF_COMM) */
+  bool last_micro;  /* a micro op run in the last micro-batch of a step only
+                       (overlap-grad-reduce's attr last_micro) */
   bool gemm;        /* matmul / grouped_matmul family */
   double flops;     /* expected, one execution */
   double mem_bytes; /* bytes read and written, one execution */
@@ -93,7 +95,7 @@ void xm_inspect_free(xm_inspect_t *ins);
 /* Times an op runs per optimizer step: grad_accum for the micro function's
  * ops, 1 for the step function's. */
 static inline int64_t xm_inspect_runs(const xm_inspect_t *ins, const xm_ins_op_t *o) {
-  return o->phase == XM_INS_STEP ? 1 : ins->grad_accum;
+  return o->phase == XM_INS_STEP || o->last_micro ? 1 : ins->grad_accum;
 }
 
 const char *xm_inspect_phase_name(xm_ins_phase_t p); /* "fwd", "bwd", "step" */

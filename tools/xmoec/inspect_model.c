@@ -642,6 +642,7 @@ static xm_status_t collect_ops(xm_inspect_t *ins) {
       o->layer = (int)xm_ir_op_get_int(op, "layer", -1);
       o->traced = op->code != XM_OP_INPUT && op->code != XM_OP_RETURN;
       o->comm = (xm_ir_opinfo(op->code)->flags & XM_OPF_COMM) != 0;
+      o->last_micro = xm_ir_op_get_bool(op, "last_micro", false);
     }
     if (pass == 0) ins->num_micro = ins->num_ops;
   }

@@ -51,10 +51,11 @@ static void schedule(const xm_inspect_t *ins, xm_strbuf_t *out) {
       const xm_ins_op_t *o = &ins->ops[i];
       if ((int)o->phase != ph) continue;
       n++, traced += o->traced, comm += o->comm;
-      gemm += o->gemm ? o->flops * runs : 0;
-      all += o->flops * runs;
-      t += o->seconds * runs;
-      if (o->comm) tot_comm_t += o->seconds * runs;
+      double r = (double)xm_inspect_runs(ins, o); /* overlapped reductions: once per step */
+      gemm += o->gemm ? o->flops * r : 0;
+      all += o->flops * r;
+      t += o->seconds * r;
+      if (o->comm) tot_comm_t += o->seconds * r;
     }
     xm_strbuf_t ts;
     xm_strbuf_init(&ts);

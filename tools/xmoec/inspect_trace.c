@@ -39,7 +39,7 @@ void xm_inspect_trace(const xm_inspect_t *ins, xm_strbuf_t *out) {
   for (int64_t micro = 0; micro < ins->grad_accum; micro++)
     for (int i = 0; i < ins->num_micro; i++) {
       const xm_ins_op_t *o = &ins->ops[i];
-      if (!o->traced) continue;
+      if (!o->traced || (o->last_micro && micro != ins->grad_accum - 1)) continue;
       event(out, o, (int)micro, ts, &first);
       ts += o->seconds;
       events++;

@@ -7,6 +7,9 @@
  *     casts, accumulate, accumulate_i32, adamw: one grid-stride loop over
  *     the elements (XM_FOR_GRID, xm_grid_1d blocks), one element per thread
  *     per step, consecutive threads on consecutive elements; one launch.
+ *   - adamw_multi: one launch per XM_TILE_ADAMW_TENSORS tensors, their table
+ *     in the launch's arguments; a block owns XM_TILE_ADAMW_BLOCK_ELEMS
+ *     consecutive elements of one tensor.
  *   - reduce_to (column sums of an [nx/ny, ny] matrix): a block owns a tile
  *     of XM_TILE_ELEMENTWISE_RED_COLS columns (fewer when ny is smaller) and
  *     splits the rows among the rest of its threads (row groups); each
@@ -33,6 +36,7 @@
 #ifndef XM_RUNTIME_GPU_KERNELS_ELEMENTWISE_CUH
 #define XM_RUNTIME_GPU_KERNELS_ELEMENTWISE_CUH
 
+#include "runtime/abi/kernels.h" /* xm_rt_adamw_tensor_t */
 #include "runtime/gpu/kernels/common.cuh"
 
 #if defined(XM_TARGET_AMD)
@@ -434,6 +438,83 @@ void xm_g_adamw(xm_stream_t s, float *p, const float *g, float *m, float *v, int
             v, n, beta2, eps, bc2_sqrt, step_size, decay, one_m_b1, one_m_b2, grad_scale);
 }
 XM_G_TABLE(adamw)
+
+/* ---- adamw_multi: AdamW over many tensors in few launches ----------------------
+ * The tensors' table is a host array; the launcher packs up to
+ * XM_TILE_ADAMW_TENSORS of them (skipping empty ones) into a struct passed
+ * by value, the first block of each tensor beside it, and launches one grid
+ * per pack: block b finds its tensor by binary search over the packed first
+ * blocks and updates XM_TILE_ADAMW_BLOCK_ELEMS elements of it. Element for
+ * element the arithmetic of k_adamw, so the result is the per-tensor one. */
+struct xm_adamw_pack {
+  xm_rt_adamw_tensor_t t[XM_TILE_ADAMW_TENSORS];
+  int64_t first[XM_TILE_ADAMW_TENSORS + 1]; /* first block of tensor i; [count]: all */
+  int64_t count;
+};
+static_assert(sizeof(xm_adamw_pack) + 16 * sizeof(float) <= 4096,
+              "adamw_multi's launch arguments exceed the 4 KB both vendors allow");
+
+template <class S>
+XM_GLOBAL(XM_TILE_THREADS) k_adamw_multi(xm_adamw_pack pk, float beta2, float eps, float bc2_sqrt,
+                                         float step_size, float decay, float one_m_b1,
+                                         float one_m_b2, float grad_scale) {
+  const int64_t blk = xm_bid_x();
+  int64_t lo = 0, hi = pk.count - 1; /* the last tensor whose first block <= blk */
+  while (lo < hi) {
+    int64_t mid = (lo + hi + 1) / 2;
+    if (pk.first[mid] <= blk)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  float *p = pk.t[lo].p, *m = pk.t[lo].m, *v = pk.t[lo].v;
+  const float *g = pk.t[lo].g;
+  const float dec = pk.t[lo].decay ? decay : 1.0f;
+  const int64_t i0 = (blk - pk.first[lo]) * XM_TILE_ADAMW_BLOCK_ELEMS;
+  const int64_t i1 =
+      i0 + XM_TILE_ADAMW_BLOCK_ELEMS < pk.t[lo].n ? i0 + XM_TILE_ADAMW_BLOCK_ELEMS : pk.t[lo].n;
+  for (int64_t i = i0 + xm_tid(); i < i1; i += xm_ntid()) {
+    float gi = g[i] * grad_scale;
+    float pi = p[i] * dec;
+    float m0 = m[i];
+    float mi = m0 + one_m_b1 * (gi - m0);
+    float vi = v[i] * beta2 + one_m_b2 * gi * gi;
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    p[i] = pi - step_size * (mi / denom);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+template <class S>
+void xm_g_adamw_multi(xm_stream_t s, const xm_rt_adamw_tensor_t *tensors, int64_t count_,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      int64_t step_, float grad_scale) {
+  const int64_t count = XM_DIM(S, count, count_);
+  const double t = (double)(step_ > 0 ? step_ : 1);
+  const float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, t));
+  const float step_size = (float)((double)lr / (1.0 - pow((double)beta1, t)));
+  const float decay = 1.0f - lr * weight_decay;
+  const float one_m_b1 = 1.0f - beta1, one_m_b2 = 1.0f - beta2;
+  xm_adamw_pack pk;
+  memset(&pk, 0, sizeof pk);
+  int64_t blocks = 0, last = -1; /* the last tensor with elements */
+  for (int64_t i = 0; i < count; i++)
+    if (tensors[i].n > 0) last = i;
+  for (int64_t i = 0; i <= last; i++) {
+    if (tensors[i].n <= 0) continue;
+    pk.first[pk.count] = blocks;
+    pk.t[pk.count++] = tensors[i];
+    blocks += xm_cdiv(tensors[i].n, XM_TILE_ADAMW_BLOCK_ELEMS);
+    if (pk.count == XM_TILE_ADAMW_TENSORS || i == last) {
+      pk.first[pk.count] = blocks;
+      xm_launch("adamw_multi", blocks, 1, 1, XM_TILE_THREADS, s, &k_adamw_multi<S>, pk, beta2, eps,
+                bc2_sqrt, step_size, decay, one_m_b1, one_m_b2, grad_scale);
+      memset(&pk, 0, sizeof pk);
+      blocks = 0;
+    }
+  }
+}
+XM_G_TABLE(adamw_multi)
 
 /* ---- aux_free_update: bias[e] += gamma * sign(mean(load) - load[e]) ----------
  * One block: the loads are integers, so their double sum is exact in any
