@@ -145,8 +145,13 @@ for t in host nccl; do
   expect_fail "overflow_$t" 1 "would receive" "${envs[@]}" -- --comm "$t" --steps 1
   grep -o 'all_to_all_v (dispatch.*' "$work/overflow_$t.err" | sort -u >"$work/overflow_$t.msg" || true
 done
-if [[ -s "$work/overflow_host.msg" ]] && cmp -s "$work/overflow_host.msg" "$work/overflow_nccl.msg"; then
-  echo "ok   overflow: the same $(wc -l <"$work/overflow_host.msg") messages under host and nccl"
+# The ranks agree on the failure, then each prints and aborts: a rank may
+# be killed before it prints, so a run can show a subset of the two
+# messages (the rank over its bound, the others naming it). Both runs must
+# show some, and together no more than those two.
+nmsg=$(sort -u "$work/overflow_host.msg" "$work/overflow_nccl.msg" | wc -l)
+if [[ -s "$work/overflow_host.msg" && -s "$work/overflow_nccl.msg" ]] && ((nmsg <= 2)); then
+  echo "ok   overflow: the same messages under host and nccl ($nmsg distinct)"
 else
   diff "$work/overflow_host.msg" "$work/overflow_nccl.msg" || true
   failed+=("overflow: the messages differ between host and nccl")
