@@ -407,21 +407,30 @@ XM_G_TABLE(sum_sq_acc)
  * (bias corrections in double from the 1-based step); the kernel does the
  * CPU's float operations in the CPU's order. `step` changes every
  * optimizer step, so it is read at run time, never from S. */
+/* One element of the update, shared by adamw and adamw_multi so that both
+ * do exactly the same float operations. */
+XM_DEV void xm_adamw_elem(float *p, const float *g, float *m, float *v, int64_t i, float beta2,
+                          float eps, float bc2_sqrt, float step_size, float decay,
+                          float one_m_b1, float one_m_b2, float grad_scale) {
+  float gi = g[i] * grad_scale;
+  float pi = p[i] * decay;
+  float m0 = m[i];
+  float mi = m0 + one_m_b1 * (gi - m0);
+  float vi = v[i] * beta2 + one_m_b2 * gi * gi;
+  float denom = sqrtf(vi) / bc2_sqrt + eps;
+  p[i] = pi - step_size * (mi / denom);
+  m[i] = mi;
+  v[i] = vi;
+}
+
 template <class S>
 XM_GLOBAL(XM_TILE_THREADS) k_adamw(float *p, const float *g, float *m, float *v, int64_t n_,
                                    float beta2, float eps, float bc2_sqrt, float step_size,
                                    float decay, float one_m_b1, float one_m_b2, float grad_scale) {
   const int64_t n = XM_DIM(S, n, n_);
   XM_FOR_GRID(i, n) {
-    float gi = g[i] * grad_scale;
-    float pi = p[i] * decay;
-    float m0 = m[i];
-    float mi = m0 + one_m_b1 * (gi - m0);
-    float vi = v[i] * beta2 + one_m_b2 * gi * gi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p[i] = pi - step_size * (mi / denom);
-    m[i] = mi;
-    v[i] = vi;
+    xm_adamw_elem(p, g, m, v, i, beta2, eps, bc2_sqrt, step_size, decay, one_m_b1, one_m_b2,
+                  grad_scale);
   }
 }
 template <class S>
@@ -444,8 +453,8 @@ XM_G_TABLE(adamw)
  * XM_TILE_ADAMW_TENSORS of them (skipping empty ones) into a struct passed
  * by value, the first block of each tensor beside it, and launches one grid
  * per pack: block b finds its tensor by binary search over the packed first
- * blocks and updates XM_TILE_ADAMW_BLOCK_ELEMS elements of it. Element for
- * element the arithmetic of k_adamw, so the result is the per-tensor one. */
+ * blocks and updates XM_TILE_ADAMW_BLOCK_ELEMS elements of it with
+ * xm_adamw_elem, k_adamw's arithmetic, so the result is the per-tensor one. */
 struct xm_adamw_pack {
   xm_rt_adamw_tensor_t t[XM_TILE_ADAMW_TENSORS];
   int64_t first[XM_TILE_ADAMW_TENSORS + 1]; /* first block of tensor i; [count]: all */
@@ -473,17 +482,9 @@ XM_GLOBAL(XM_TILE_THREADS) k_adamw_multi(xm_adamw_pack pk, float beta2, float ep
   const int64_t i0 = (blk - pk.first[lo]) * XM_TILE_ADAMW_BLOCK_ELEMS;
   const int64_t i1 =
       i0 + XM_TILE_ADAMW_BLOCK_ELEMS < pk.t[lo].n ? i0 + XM_TILE_ADAMW_BLOCK_ELEMS : pk.t[lo].n;
-  for (int64_t i = i0 + xm_tid(); i < i1; i += xm_ntid()) {
-    float gi = g[i] * grad_scale;
-    float pi = p[i] * dec;
-    float m0 = m[i];
-    float mi = m0 + one_m_b1 * (gi - m0);
-    float vi = v[i] * beta2 + one_m_b2 * gi * gi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p[i] = pi - step_size * (mi / denom);
-    m[i] = mi;
-    v[i] = vi;
-  }
+  for (int64_t i = i0 + xm_tid(); i < i1; i += xm_ntid())
+    xm_adamw_elem(p, g, m, v, i, beta2, eps, bc2_sqrt, step_size, dec, one_m_b1, one_m_b2,
+                  grad_scale);
 }
 template <class S>
 void xm_g_adamw_multi(xm_stream_t s, const xm_rt_adamw_tensor_t *tensors, int64_t count_,
