@@ -64,13 +64,22 @@ void xm_rt_context_destroy(xm_rt_context_t *ctx) {
   memset(ctx, 0, sizeof *ctx);
 }
 
+/* The message goes out as one line in one write: mpirun forwards each
+ * rank's stderr as it comes, and a line written in pieces could be split by
+ * the abort banner it prints when MPI_Abort is called. */
 void xm_rt_abort(const xm_rt_context_t *ctx, int exit_code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "xmoec: rank %d: ", ctx ? ctx->rank : -1);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
+  char line[2048];
+  int n = snprintf(line, sizeof line - 1, "xmoec: rank %d: ", ctx ? ctx->rank : -1);
+  if (n < 0) n = 0;
+  if ((size_t)n < sizeof line - 1) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - 1 - (size_t)n, fmt, ap);
+    va_end(ap);
+  }
+  size_t len = strlen(line);
+  line[len++] = '\n';
+  fwrite(line, 1, len, stderr);
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   exit(exit_code); /* MPI_Abort does not return; keep the compiler sure. */
