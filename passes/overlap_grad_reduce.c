@@ -47,12 +47,6 @@ static bool is_declaration(const xm_ir_op_t *op) {
   return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
 }
 
-static bool uses(const xm_ir_op_t *op, const xm_ir_value_t *v) {
-  for (int j = 0; j < op->num_operands; j++)
-    if (op->operands[j] == v) return true;
-  return false;
-}
-
 /* A reduce_state of the step on an f32 grad state. */
 static bool candidate(const xm_ir_op_t *op) {
   if (op->code != XM_OP_REDUCE_STATE || op->num_operands != 1 || !is_step(op)) return false;
@@ -61,74 +55,72 @@ static bool candidate(const xm_ir_op_t *op) {
          strcmp(xm_ir_op_get_string(s->def, "kind", ""), "grad") == 0;
 }
 
+/* One pass over the ops finds, per value, the last micro op and the first
+ * step op that use it; the moves are then applied in anchor order, the
+ * current positions computed from what has moved already, so the pass is
+ * linear in the ops plus quadratic in the moved ones only. */
 static xm_status_t overlap_run(xm_ir_module_t *m, const xm_pass_options_t *options, xm_diag_t *diag,
                                bool *out_changed) {
   (void)options;
   (void)diag;
-  int n = xm_ir_module_num_ops(m);
-  /* anchor[i]: the module index of the micro op a moved op i goes after. */
-  int *anchor = malloc(sizeof *anchor * (size_t)(n ? n : 1));
-  if (!anchor) return XM_ERR_NO_MEMORY;
-  int moved = 0;
-  for (int i = 0; i < n; i++) {
-    anchor[i] = -1;
-    const xm_ir_op_t *op = xm_ir_module_op(m, i);
-    if (!candidate(op)) continue;
-    const xm_ir_value_t *s = op->operands[0];
-    int last = -1;
-    bool read_in_step = false;
-    for (int j = 0; j < i; j++) {
-      const xm_ir_op_t *o = xm_ir_module_op(m, j);
-      if (is_declaration(o) || !uses(o, s)) continue;
-      if (is_step(o))
-        read_in_step = true;
-      else
-        last = j;
-    }
-    if (last < 0 || read_in_step) continue;
-    anchor[i] = last;
-    moved++;
-  }
-  if (moved == 0) {
-    free(anchor);
-    *out_changed = false;
-    return XM_OK;
-  }
-  /* The new order: each moved op right after its anchor (several after one
-   * anchor in their module order), everything else where it was. */
-  xm_ir_op_t **old = malloc(sizeof *old * (size_t)n);
-  if (!old) {
-    free(anchor);
+  *out_changed = false;
+  int n = xm_ir_module_num_ops(m), nv = xm_ir_module_num_values(m);
+  int *last_micro = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
+  int *first_step = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
+  int *moves = malloc(sizeof(int) * 2 * (size_t)(n ? n : 1)); /* (anchor, op index) pairs */
+  if (!last_micro || !first_step || !moves) {
+    free(last_micro), free(first_step), free(moves);
     return XM_ERR_NO_MEMORY;
   }
-  for (int i = 0; i < n; i++)
-    old[i] = xm_ir_module_op(m, i);
-  int pos = 0;
+  for (int v = 0; v < nv; v++)
+    last_micro[v] = -1, first_step[v] = n;
+  int k = 0;
   for (int i = 0; i < n; i++) {
-    if (anchor[i] >= 0) continue; /* placed after its anchor */
-    /* old[i] goes to pos: find it (it is at or after pos) and move it. */
-    for (int k = pos; k < n; k++)
-      if (xm_ir_module_op(m, k) == old[i]) {
-        if (k != pos) xm_ir_module_move_op(m, k, pos);
-        break;
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (is_declaration(op)) continue;
+    if (candidate(op)) {
+      int id = op->operands[0]->id;
+      if (last_micro[id] >= 0 && first_step[id] > i) { /* no earlier step op reads it */
+        moves[2 * k] = last_micro[id];
+        moves[2 * k + 1] = i;
+        k++;
       }
-    pos++;
-    for (int j = i + 1; j < n; j++) {
-      if (anchor[j] != i) continue;
-      for (int k = pos; k < n; k++)
-        if (xm_ir_module_op(m, k) == old[j]) {
-          if (k != pos) xm_ir_module_move_op(m, k, pos);
-          break;
-        }
-      xm_ir_op_set_string(m, old[j], "phase", "bwd");
-      xm_ir_op_set_bool(m, old[j], "last_micro", true);
-      pos++;
+    }
+    for (int j = 0; j < op->num_operands; j++) {
+      int id = op->operands[j]->id;
+      if (!is_step(op))
+        last_micro[id] = i;
+      else if (first_step[id] > i)
+        first_step[id] = i;
     }
   }
-  free(old);
-  free(anchor);
+  /* Stable by anchor (insertion sort: the moved ops are few and nearly in
+   * order). Inserted after anchor a, with every earlier move at an anchor
+   * <= a, op i lands at a + 1 + (moves done); it sits at i plus the moves
+   * done from after it (a move from before it leaves it in place). */
+  for (int x = 1; x < k; x++)
+    for (int y = x; y > 0 && moves[2 * y - 2] > moves[2 * y]; y--) {
+      int a = moves[2 * y - 2], o = moves[2 * y - 1];
+      moves[2 * y - 2] = moves[2 * y], moves[2 * y - 1] = moves[2 * y + 1];
+      moves[2 * y] = a, moves[2 * y + 1] = o;
+    }
+  for (int x = 0; x < k; x++) {
+    int anchor = moves[2 * x], i = moves[2 * x + 1], from = i, to = anchor + 1 + x;
+    for (int y = 0; y < x; y++) {
+      from += moves[2 * y + 1] > i;
+      to -= moves[2 * y + 1] < anchor; /* (step ops follow the micro ones: none) */
+    }
+    xm_ir_op_t *op = xm_ir_module_op(m, from);
+    xm_ir_module_move_op(m, from, to);
+    xm_ir_op_set_string(m, op, "phase", "bwd");
+    xm_ir_op_set_bool(m, op, "last_micro", true);
+  }
+  free(last_micro);
+  free(first_step);
+  free(moves);
+  if (k == 0) return XM_OK;
   xm_ir_module_set_int(m, "overlapped_reductions",
-                       xm_ir_module_get_int(m, "overlapped_reductions", 0) + moved);
+                       xm_ir_module_get_int(m, "overlapped_reductions", 0) + k);
   *out_changed = true;
   return XM_OK;
 }
