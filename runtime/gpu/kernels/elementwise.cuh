@@ -407,44 +407,56 @@ XM_G_TABLE(sum_sq_acc)
  * (bias corrections in double from the 1-based step); the kernel does the
  * CPU's float operations in the CPU's order. `step` changes every
  * optimizer step, so it is read at run time, never from S. */
-/* One element of the update, shared by adamw and adamw_multi so that both
- * do exactly the same float operations. */
-XM_DEV void xm_adamw_elem(float *p, const float *g, float *m, float *v, int64_t i, float beta2,
-                          float eps, float bc2_sqrt, float step_size, float decay,
-                          float one_m_b1, float one_m_b2, float grad_scale) {
-  float gi = g[i] * grad_scale;
+/* The per-call constants, computed on the host once for both launchers
+ * exactly as the CPU does, and one element of the update with them, shared
+ * by adamw and adamw_multi so that both do the same float operations.
+ * decay is 1 - lr * weight_decay (adamw_multi uses 1 for rows without it). */
+struct xm_adamw_consts {
+  float beta2, eps, bc2_sqrt, step_size, decay, one_m_b1, one_m_b2, grad_scale;
+};
+static inline xm_adamw_consts xm_adamw_consts_of(float lr, float beta1, float beta2, float eps,
+                                                 float weight_decay, int64_t step,
+                                                 float grad_scale) {
+  const double t = (double)(step > 0 ? step : 1);
+  xm_adamw_consts c;
+  c.beta2 = beta2;
+  c.eps = eps;
+  c.bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, t));
+  c.step_size = (float)((double)lr / (1.0 - pow((double)beta1, t)));
+  c.decay = 1.0f - lr * weight_decay;
+  c.one_m_b1 = 1.0f - beta1;
+  c.one_m_b2 = 1.0f - beta2;
+  c.grad_scale = grad_scale;
+  return c;
+}
+XM_DEV void xm_adamw_elem(float *p, const float *g, float *m, float *v, int64_t i,
+                          const xm_adamw_consts &c, float decay) {
+  float gi = g[i] * c.grad_scale;
   float pi = p[i] * decay;
   float m0 = m[i];
-  float mi = m0 + one_m_b1 * (gi - m0);
-  float vi = v[i] * beta2 + one_m_b2 * gi * gi;
-  float denom = sqrtf(vi) / bc2_sqrt + eps;
-  p[i] = pi - step_size * (mi / denom);
+  float mi = m0 + c.one_m_b1 * (gi - m0);
+  float vi = v[i] * c.beta2 + c.one_m_b2 * gi * gi;
+  float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
+  p[i] = pi - c.step_size * (mi / denom);
   m[i] = mi;
   v[i] = vi;
 }
 
 template <class S>
 XM_GLOBAL(XM_TILE_THREADS) k_adamw(float *p, const float *g, float *m, float *v, int64_t n_,
-                                   float beta2, float eps, float bc2_sqrt, float step_size,
-                                   float decay, float one_m_b1, float one_m_b2, float grad_scale) {
+                                   xm_adamw_consts c) {
   const int64_t n = XM_DIM(S, n, n_);
-  XM_FOR_GRID(i, n) {
-    xm_adamw_elem(p, g, m, v, i, beta2, eps, bc2_sqrt, step_size, decay, one_m_b1, one_m_b2,
-                  grad_scale);
-  }
+  XM_FOR_GRID(i, n) { xm_adamw_elem(p, g, m, v, i, c, c.decay); }
 }
 template <class S>
 void xm_g_adamw(xm_stream_t s, float *p, const float *g, float *m, float *v, int64_t n_, float lr,
                 float beta1, float beta2, float eps, float weight_decay, int64_t step_,
                 float grad_scale) {
   const int64_t n = XM_DIM(S, n, n_);
-  const double t = (double)(step_ > 0 ? step_ : 1);
-  const float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, t));
-  const float step_size = (float)((double)lr / (1.0 - pow((double)beta1, t)));
-  const float decay = 1.0f - lr * weight_decay;
-  const float one_m_b1 = 1.0f - beta1, one_m_b2 = 1.0f - beta2;
+  const xm_adamw_consts c =
+      xm_adamw_consts_of(lr, beta1, beta2, eps, weight_decay, step_, grad_scale);
   xm_launch("adamw", xm_grid_1d(n, XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s, &k_adamw<S>, p, g, m,
-            v, n, beta2, eps, bc2_sqrt, step_size, decay, one_m_b1, one_m_b2, grad_scale);
+            v, n, c);
 }
 XM_G_TABLE(adamw)
 
@@ -460,13 +472,11 @@ struct xm_adamw_pack {
   int64_t first[XM_TILE_ADAMW_TENSORS + 1]; /* first block of tensor i; [count]: all */
   int64_t count;
 };
-static_assert(sizeof(xm_adamw_pack) + 16 * sizeof(float) <= 4096,
+static_assert(sizeof(xm_adamw_pack) + sizeof(xm_adamw_consts) <= 4096,
               "adamw_multi's launch arguments exceed the 4 KB both vendors allow");
 
 template <class S>
-XM_GLOBAL(XM_TILE_THREADS) k_adamw_multi(xm_adamw_pack pk, float beta2, float eps, float bc2_sqrt,
-                                         float step_size, float decay, float one_m_b1,
-                                         float one_m_b2, float grad_scale) {
+XM_GLOBAL(XM_TILE_THREADS) k_adamw_multi(xm_adamw_pack pk, xm_adamw_consts c) {
   const int64_t blk = xm_bid_x();
   int64_t lo = 0, hi = pk.count - 1; /* the last tensor whose first block <= blk */
   while (lo < hi) {
@@ -478,24 +488,20 @@ XM_GLOBAL(XM_TILE_THREADS) k_adamw_multi(xm_adamw_pack pk, float beta2, float ep
   }
   float *p = pk.t[lo].p, *m = pk.t[lo].m, *v = pk.t[lo].v;
   const float *g = pk.t[lo].g;
-  const float dec = pk.t[lo].decay ? decay : 1.0f;
+  const float dec = pk.t[lo].decay ? c.decay : 1.0f;
   const int64_t i0 = (blk - pk.first[lo]) * XM_TILE_ADAMW_BLOCK_ELEMS;
   const int64_t i1 =
       i0 + XM_TILE_ADAMW_BLOCK_ELEMS < pk.t[lo].n ? i0 + XM_TILE_ADAMW_BLOCK_ELEMS : pk.t[lo].n;
   for (int64_t i = i0 + xm_tid(); i < i1; i += xm_ntid())
-    xm_adamw_elem(p, g, m, v, i, beta2, eps, bc2_sqrt, step_size, dec, one_m_b1, one_m_b2,
-                  grad_scale);
+    xm_adamw_elem(p, g, m, v, i, c, dec);
 }
 template <class S>
 void xm_g_adamw_multi(xm_stream_t s, const xm_rt_adamw_tensor_t *tensors, int64_t count_,
                       float lr, float beta1, float beta2, float eps, float weight_decay,
                       int64_t step_, float grad_scale) {
   const int64_t count = XM_DIM(S, count, count_);
-  const double t = (double)(step_ > 0 ? step_ : 1);
-  const float bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, t));
-  const float step_size = (float)((double)lr / (1.0 - pow((double)beta1, t)));
-  const float decay = 1.0f - lr * weight_decay;
-  const float one_m_b1 = 1.0f - beta1, one_m_b2 = 1.0f - beta2;
+  const xm_adamw_consts c =
+      xm_adamw_consts_of(lr, beta1, beta2, eps, weight_decay, step_, grad_scale);
   xm_adamw_pack pk;
   memset(&pk, 0, sizeof pk);
   int64_t blocks = 0, last = -1; /* the last tensor with elements */
@@ -508,8 +514,7 @@ void xm_g_adamw_multi(xm_stream_t s, const xm_rt_adamw_tensor_t *tensors, int64_
     blocks += xm_cdiv(tensors[i].n, XM_TILE_ADAMW_BLOCK_ELEMS);
     if (pk.count == XM_TILE_ADAMW_TENSORS || i == last) {
       pk.first[pk.count] = blocks;
-      xm_launch("adamw_multi", blocks, 1, 1, XM_TILE_THREADS, s, &k_adamw_multi<S>, pk, beta2, eps,
-                bc2_sqrt, step_size, decay, one_m_b1, one_m_b2, grad_scale);
+      xm_launch("adamw_multi", blocks, 1, 1, XM_TILE_THREADS, s, &k_adamw_multi<S>, pk, c);
       memset(&pk, 0, sizeof pk);
       blocks = 0;
     }
