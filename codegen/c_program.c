@@ -41,8 +41,9 @@
  * adamw_multi call over a table of their tensors (emit_adamw). An adamw with
  * attrs group/group_size is ZeRO-1: grad, m and v are this member's chunk of
  * c = ceil(n/P) elements and only that range of the param (pointer offset
- * index*c, length clipped to n) is updated. The tensor table carries each tensor's split (a param's attrs
- * split_group/split_dim, inherited by its grad and unchunked moments) and a
+ * index*c, length clipped to n) is updated. The tensor table carries each
+ * tensor's split (a param's attrs split_group/split_dim, inherited by its
+ * grad and unchunked moments) and a
  * ZeRO-1 state's chunk_group; the program object carries the layout from
  * the module attrs par_dp, par_tp, par_ep, par_ssmb, par_rbd, par_zero,
  * par_rpn (defaults 1, 1, 1, 0, 0, 0, 0).
