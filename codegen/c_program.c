@@ -95,6 +95,12 @@ typedef struct {
   int *acc_of;    /* value id -> the accumulate op (index) fused into its GEMM, or -1 */
   int *host_of;   /* value id -> the host_read op (index) that reads it, or -1 */
   int op_index;   /* op being emitted, for messages */
+  /* overlap-moe-comm: the exchange queued on the MoE lane whose results the
+   * compute stream has not waited for yet (NULL: none), its index, and
+   * whether the fork of the ops beside the next exchange was emitted. */
+  const xm_ir_op_t *pending;
+  int pending_index;
+  bool forked;
   char ring[RING][128];
   int ring_next;
   /* GPU targets: the kernel specialisations the calls launch (NULL on the
@@ -1193,24 +1199,51 @@ static bool emit_code(gen_t *g, const xm_ir_op_t *op) {
 
 /* An op with attr last_micro (overlap-grad-reduce: a collective of the
  * micro function that runs in the last micro-batch of a step only) runs,
- * trace hook included, under `if (x->last_micro)`, queued on the
- * communication stream between xm_rt_overlap_begin and _end. */
+ * trace hook included, under `if (x->last_micro)`, queued on the gradient
+ * lane between xm_rt_overlap_begin and _end. An op with attr async
+ * (overlap-moe-comm: an expert exchange) is queued on the MoE lane; the ops
+ * beside it (attr beside, the run just before it) follow the lane's fork. */
 static void emit_op(gen_t *g, const xm_ir_op_t *op) {
   const char *loc = op->loc[0] && comment_safe(op->loc) ? op->loc : "?";
   const bool last_micro = xm_ir_op_get_bool(op, "last_micro", false);
+  const bool async = xm_ir_op_get_bool(op, "async", false);
+  const bool beside = xm_ir_op_get_bool(op, "beside", false);
+  const bool comm = (xm_ir_opinfo(op->code)->flags & XM_OPF_COMM) != 0;
+  if ((last_micro || async) && (is_step(op) || !comm))
+    gen_error(g, op, XM_ERR_INTERNAL, "%s has attr %s but is not a collective of the micro-batch",
+              last_micro ? "last_micro" : "async");
+  if (async && (last_micro || beside || g->pending))
+    gen_error(g, op, XM_ERR_INTERNAL,
+              "%s: an exchange on the MoE lane must be neither beside another nor a gradient "
+              "reduction%s",
+              NULL);
+  if (beside && comm && !last_micro)
+    gen_error(g, op, XM_ERR_INTERNAL, "%s is a collective beside an exchange%s", NULL);
+  /* The compute stream waits for the exchange before reading what it made. */
+  if (g->pending)
+    for (int k = 0; k < op->num_operands; k++)
+      if (IN(k)->def == g->pending) {
+        EMIT("xm_rt_overlap_join(x, XM_RT_LANE_MOE); /* the %s of op %d */",
+             xm_ir_opinfo(g->pending->code)->name, g->pending_index);
+        g->pending = NULL;
+        break;
+      }
+  if (beside && !g->forked) {
+    EMIT("xm_rt_overlap_fork(x, XM_RT_LANE_MOE); /* what follows runs beside the exchange */");
+    g->forked = true;
+  }
   xm_strbuf_t c;
   xm_strbuf_init(&c);
   xm_strbuf_printf(&c, "/* op %d %s @%s", g->op_index, xm_ir_opinfo(op->code)->name, loc);
   const xm_ir_attr_t *layer = xm_ir_op_attr(op, "layer");
   if (layer && layer->kind == XM_ATTR_INT) xm_strbuf_printf(&c, " layer %" PRId64, layer->i);
-  xm_strbuf_puts(&c, last_micro ? " last micro-batch, communication stream */" : " */");
+  xm_strbuf_puts(&c, last_micro ? " last micro-batch, gradient lane */"
+                     : async    ? " MoE lane */"
+                                : " */");
   if (!last_micro) trace_hook(g, op, &c);
   EMIT("%s", xm_strbuf_cstr(&c));
   xm_strbuf_free(&c);
   if (last_micro) {
-    if (is_step(op) || !(xm_ir_opinfo(op->code)->flags & XM_OPF_COMM))
-      gen_error(g, op, XM_ERR_INTERNAL,
-                "%s has attr last_micro but is not a collective of the micro-batch%s", NULL);
     xm_strbuf_t h;
     xm_strbuf_init(&h);
     xm_strbuf_puts(&h, "if (x->last_micro) {");
@@ -1218,13 +1251,24 @@ static void emit_op(gen_t *g, const xm_ir_op_t *op) {
     EMIT("%s", xm_strbuf_cstr(&h));
     xm_strbuf_free(&h);
     xm_emit_indent(&g->e);
-    EMIT("xm_rt_overlap_begin(x);");
+    EMIT("xm_rt_overlap_begin(x, XM_RT_LANE_GRAD);");
+  }
+  if (async) {
+    if (!g->forked)
+      gen_error(g, op, XM_ERR_INTERNAL, "%s has attr async but no op beside it%s", NULL);
+    EMIT("xm_rt_overlap_begin(x, XM_RT_LANE_MOE);");
   }
   bool ok = emit_code(g, op);
   if (last_micro) {
-    EMIT("xm_rt_overlap_end(x);");
+    EMIT("xm_rt_overlap_end(x, XM_RT_LANE_GRAD);");
     xm_emit_dedent(&g->e);
     EMIT("}");
+  }
+  if (async) {
+    EMIT("xm_rt_overlap_end(x, XM_RT_LANE_MOE);");
+    g->pending = op;
+    g->pending_index = g->op_index;
+    g->forked = false;
   }
   if (!ok)
     gen_error(g, op, XM_ERR_UNSUPPORTED, "%s cannot run in the generated CPU schedule yet%s",
@@ -1305,7 +1349,7 @@ static void emit_function(gen_t *g, const char *name, bool step) {
   xm_emit_indent(&g->e);
   if (step) {
     if (xm_ir_module_get_int(g->m, "overlapped_reductions", 0) > 0)
-      EMIT("xm_rt_overlap_join(x); /* the reductions of the last micro-batch */");
+      EMIT("xm_rt_overlap_join(x, XM_RT_LANE_GRAD); /* the reductions of the last micro-batch */");
     EMIT("x->grad_norm = 0.0;");
     EMIT("x->grad_scale = 1.0f;");
   }
@@ -1315,6 +1359,12 @@ static void emit_function(gen_t *g, const char *name, bool step) {
     g->op_index = i;
     emit_op(g, op);
   }
+  if (g->pending) {
+    EMIT("xm_rt_overlap_join(x, XM_RT_LANE_MOE); /* the %s of op %d */",
+         xm_ir_opinfo(g->pending->code)->name, g->pending_index);
+    g->pending = NULL;
+  }
+  if (g->forked) gen_error(g, NULL, XM_ERR_INTERNAL, "%s: ops beside no exchange%s", NULL);
   /* The last traced op ends here. */
   EMIT(step ? "XM_TRACE_DONE(x);" : "XM_TRACE_DONE(x); (void)x;");
   xm_emit_dedent(&g->e);

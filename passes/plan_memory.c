@@ -262,6 +262,42 @@ static xm_status_t extend_lifetimes(plan_t *p) {
   return XM_OK;
 }
 
+/* An exchange queued on the MoE stream (overlap-moe-comm: attr async) runs
+ * from the fork before the ops beside it (the run of attr beside just
+ * before it) to the join before the first op that reads one of its
+ * results: its results and workspace live from the fork, its operands up
+ * to the join, so nothing that runs meanwhile shares their bytes. */
+static void extend_async(plan_t *p) {
+  for (int i = 0; i < p->num_ops; i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(p->m, i);
+    if (p->op_phase[i] == PHASE_STEP || !xm_ir_op_get_bool(op, "async", false)) continue;
+    int f = i;
+    while (f > 0 && xm_ir_op_get_bool(xm_ir_module_op(p->m, f - 1), "beside", false))
+      f--;
+    int join = -1; /* no reader: the end of the micro function */
+    for (int j = i + 1; j < p->num_ops && join < 0; j++) {
+      const xm_ir_op_t *u = xm_ir_module_op(p->m, j);
+      if (p->op_phase[j] == PHASE_STEP) continue;
+      for (int k = 0; k < u->num_operands; k++)
+        if (u->operands[k]->def == op) join = p->op_pos[j];
+    }
+    if (join < 0) join = p->num_micro - 1;
+    for (int k = 0; k < op->num_operands; k++) {
+      buffer_t *b = &p->bufs[p->val_buf[op->operands[k]->id]];
+      if (b->arena == XM_MEM_ARENA_ACTIVATION && join > b->end) b->end = join;
+    }
+    for (int r = 0; r < op->num_results; r++) {
+      buffer_t *b = &p->bufs[p->val_buf[op->results[r]->id]];
+      if (p->op_pos[f] < b->start) b->start = p->op_pos[f];
+    }
+    if (p->op_ws[i] >= 0) {
+      buffer_t *b = &p->bufs[p->op_ws[i]];
+      if (p->op_pos[f] < b->start) b->start = p->op_pos[f];
+      if (join > b->end) b->end = join;
+    }
+  }
+}
+
 /* ---- placement --------------------------------------------------------- */
 
 static xm_status_t place_persistent(plan_t *p) {
@@ -450,6 +486,7 @@ static xm_status_t plan_run(plan_t *p) {
   XM_RETURN_IF_ERROR(assign_positions(p));
   XM_RETURN_IF_ERROR(make_buffers(p));
   XM_RETURN_IF_ERROR(extend_lifetimes(p));
+  extend_async(p);
   XM_RETURN_IF_ERROR(place_persistent(p));
   XM_RETURN_IF_ERROR(place_activations(p));
   XM_RETURN_IF_ERROR(peak_breakdown(p));

@@ -111,6 +111,16 @@ typedef struct {
   void (*step)(xm_rt_exec_t *x);
 } xm_rt_program_t;
 
+/* The lanes of overlapped collectives (xm_rt_overlap_*, below): the
+ * gradient reductions of the last micro-batch, and the expert exchanges. */
+enum { XM_RT_LANE_GRAD = 0, XM_RT_LANE_MOE = 1, XM_RT_LANES = 2 };
+typedef struct {
+  xm_rt_stream_t *stream;
+  xm_rt_event_t *fork, *done;
+  int forked;  /* fork recorded, the begin not yet made */
+  int pending; /* work queued that the compute stream has not waited for */
+} xm_rt_lane_t;
+
 /* The state the generated functions read. */
 struct xm_rt_exec {
   const xm_rt_program_t *program;
@@ -141,18 +151,18 @@ struct xm_rt_exec {
    * step traced by `out/train --trace` runs, else NULL: the hooks of the
    * generated code test it and do nothing else when it is NULL. */
   void *trace;
-  /* Overlapped collectives (the overlap-grad-reduce pass; docs/design.md,
-   * Overlap). comm_stream: the communication stream beside `stream`, NULL
-   * when the backend gave none (every collective then runs in order on
-   * `stream`); comm_fork / comm_done: its two events. last_micro: set by
-   * the driver while the last micro-batch of an optimizer step runs (the
-   * overlapped reductions run then only; 0 in an evaluation). While such a
-   * collective is queued, `stream` is the communication stream and
-   * compute_stream holds the compute one; comm_pending: work on the
-   * communication stream that the step must wait for. */
-  xm_rt_stream_t *comm_stream, *compute_stream;
-  xm_rt_event_t *comm_fork, *comm_done;
-  int last_micro, comm_pending;
+  /* Overlapped collectives (the overlap-grad-reduce and overlap-moe-comm
+   * passes; docs/design.md, Overlap): one lane per kind, each a stream
+   * beside `stream` with its two events (lane[].stream NULL when the
+   * backend gave none: that lane's collectives then run in order on
+   * `stream`). While a collective is queued on a lane, `stream` is the
+   * lane's stream and compute_stream holds the compute one. last_micro:
+   * set by the driver while the last micro-batch of an optimizer step runs
+   * (the overlapped gradient reductions run then only; 0 in an
+   * evaluation). */
+  xm_rt_lane_t lane[XM_RT_LANES];
+  xm_rt_stream_t *compute_stream;
+  int last_micro;
 };
 
 /* Arena access from generated code and the driver, queued on the exec's
@@ -171,36 +181,50 @@ static inline void xm_rt_read(const xm_rt_exec_t *x, void *host, const void *dev
   x->be->read(x->be, host, dev, (size_t)bytes, x->stream);
 }
 
-/* An overlapped collective of generated code: xm_rt_overlap_begin makes
- * the communication stream wait for what the compute stream has queued so
- * far and queues what follows there (the collective reads and writes
- * through x->stream, so it lands on that stream whatever its transport);
- * xm_rt_overlap_end goes back to the compute stream, which runs on
- * without waiting. xm_rt_overlap_join (the step function's first line)
- * makes the compute stream wait for everything the communication stream
- * was given. Without a communication stream, and in a step traced by
- * `out/train --trace` (whose op timings assume one op at a time), begin and
- * end do nothing and the collective runs in order. A host-blocking
- * transport (MPI, host staging) synchronises the stream it is given, so it
- * is correct here too, but overlaps nothing. */
-static inline void xm_rt_overlap_begin(xm_rt_exec_t *x) {
-  if (!x->comm_stream || x->trace || x->compute_stream) return;
-  x->be->event_record(x->be, x->comm_fork, x->stream);
-  x->be->stream_wait(x->be, x->comm_stream, x->comm_fork);
-  x->compute_stream = x->stream;
-  x->stream = x->comm_stream;
+/* An overlapped collective of generated code, on lane `lane`:
+ * xm_rt_overlap_begin makes the lane's stream wait for what the compute
+ * stream had queued at the lane's fork (xm_rt_overlap_fork, or this call
+ * when there was none) and queues what follows there (the collective reads
+ * and writes through x->stream, so it lands on that stream whatever its
+ * transport); xm_rt_overlap_end goes back to the compute stream, which runs
+ * on without waiting. Between a fork and the begin the compute stream is
+ * given the work that runs beside the collective (overlap-moe-comm: the
+ * collective's inputs are ready at the fork, that work does not need it).
+ * xm_rt_overlap_join makes the compute stream wait for everything the lane
+ * was given: before the first reader of an exchange's results, and at the
+ * start of the step for the gradient reductions. Without the lane's
+ * stream, and in a step traced by `out/train --trace` (whose op timings
+ * assume one op at a time), fork, begin and end do nothing and the
+ * collective runs in order. A host-blocking transport (MPI, host staging)
+ * synchronises the stream it is given, so it is correct here too; it
+ * overlaps what was queued on the compute stream before it. */
+static inline void xm_rt_overlap_fork(xm_rt_exec_t *x, int lane) {
+  xm_rt_lane_t *l = &x->lane[lane];
+  if (!l->stream || x->trace || x->compute_stream) return;
+  x->be->event_record(x->be, l->fork, x->stream);
+  l->forked = 1;
 }
-static inline void xm_rt_overlap_end(xm_rt_exec_t *x) {
+static inline void xm_rt_overlap_begin(xm_rt_exec_t *x, int lane) {
+  xm_rt_lane_t *l = &x->lane[lane];
+  if (!l->stream || x->trace || x->compute_stream) return;
+  if (!l->forked) x->be->event_record(x->be, l->fork, x->stream);
+  l->forked = 0;
+  x->be->stream_wait(x->be, l->stream, l->fork);
+  x->compute_stream = x->stream;
+  x->stream = l->stream;
+}
+static inline void xm_rt_overlap_end(xm_rt_exec_t *x, int lane) {
   if (!x->compute_stream) return;
   x->stream = x->compute_stream;
   x->compute_stream = NULL;
-  x->comm_pending = 1;
+  x->lane[lane].pending = 1;
 }
-static inline void xm_rt_overlap_join(xm_rt_exec_t *x) {
-  if (!x->comm_pending) return;
-  x->be->event_record(x->be, x->comm_done, x->comm_stream);
-  x->be->stream_wait(x->be, x->stream, x->comm_done);
-  x->comm_pending = 0;
+static inline void xm_rt_overlap_join(xm_rt_exec_t *x, int lane) {
+  xm_rt_lane_t *l = &x->lane[lane];
+  if (!l->pending) return;
+  x->be->event_record(x->be, l->done, l->stream);
+  x->be->stream_wait(x->be, x->stream, l->done);
+  l->pending = 0;
 }
 
 /* The program a generated out/program.c defines. */

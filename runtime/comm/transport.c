@@ -253,8 +253,8 @@ xm_rt_stage_t *xm_rt_transport_stage(xm_rt_comm_t *c) {
 void *xm_rt_transport_scratch(xm_rt_transport_t *t, void *stream, size_t bytes) {
   if (t->scratch && t->scratch_cap >= bytes) return t->scratch;
   if (t->scratch) {
-    /* Queued work may still read the old one, on this stream or on the
-     * other (the overlapped collectives' communication stream). */
+    /* Queued work may still read the old one, on this stream or on
+     * another (the overlap lanes' streams). */
     (void)stream;
     t->be->sync(t->be, NULL);
     t->be->free(t->be, t->scratch);

@@ -326,17 +326,20 @@ static xm_status_t setup_exec(trainer_t *t) {
   x->ctx = &t->ctx;
   x->be = t->be;
   x->stream = x->be->stream_create(x->be);
-  /* The communication stream of the overlapped collectives: without one
-   * (a backend that cannot make a second stream or its events) they run in
-   * order on the compute stream, which is correct, only slower. */
-  x->comm_stream = x->be->stream_create(x->be);
-  x->comm_fork = x->comm_stream ? x->be->event_create(x->be) : NULL;
-  x->comm_done = x->comm_fork ? x->be->event_create(x->be) : NULL;
-  if (!x->comm_done) {
-    if (x->comm_fork) x->be->event_destroy(x->be, x->comm_fork);
-    if (x->comm_stream) x->be->stream_destroy(x->be, x->comm_stream);
-    x->comm_fork = NULL;
-    x->comm_stream = NULL;
+  /* The streams of the overlapped collectives, one per lane: without one
+   * (a backend that cannot make a second stream or its events) that lane's
+   * collectives run in order on the compute stream, which is correct, only
+   * slower. */
+  for (int i = 0; i < XM_RT_LANES; i++) {
+    xm_rt_lane_t *l = &x->lane[i];
+    l->stream = x->be->stream_create(x->be);
+    l->fork = l->stream ? x->be->event_create(x->be) : NULL;
+    l->done = l->fork ? x->be->event_create(x->be) : NULL;
+    if (!l->done) {
+      if (l->fork) x->be->event_destroy(x->be, l->fork);
+      if (l->stream) x->be->stream_destroy(x->be, l->stream);
+      *l = (xm_rt_lane_t){0};
+    }
   }
   x->persist = x->be->alloc(x->be, (size_t)p->persistent_bytes);
   x->act = x->be->alloc(x->be, (size_t)p->activation_bytes);
@@ -964,15 +967,17 @@ static xm_status_t run(trainer_t *t) {
 static void cleanup(trainer_t *t) {
   free(t->inputs_host);
   if (t->x.be) {
-    t->x.be->sync(t->x.be, NULL); /* every stream, the communication one too */
+    t->x.be->sync(t->x.be, NULL); /* every stream, the lanes' too */
     if (t->x.persist_host != t->x.persist) free(t->x.persist_host);
     t->x.be->free(t->x.be, t->x.persist);
     t->x.be->free(t->x.be, t->x.act);
     if (t->x.stream) t->x.be->stream_destroy(t->x.be, t->x.stream);
-    if (t->x.comm_stream) {
-      t->x.be->event_destroy(t->x.be, t->x.comm_fork);
-      t->x.be->event_destroy(t->x.be, t->x.comm_done);
-      t->x.be->stream_destroy(t->x.be, t->x.comm_stream);
+    for (int i = 0; i < XM_RT_LANES; i++) {
+      xm_rt_lane_t *l = &t->x.lane[i];
+      if (!l->stream) continue;
+      t->x.be->event_destroy(t->x.be, l->fork);
+      t->x.be->event_destroy(t->x.be, l->done);
+      t->x.be->stream_destroy(t->x.be, l->stream);
     }
   }
   xm_rt_data_close(t->data);

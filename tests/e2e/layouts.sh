@@ -11,7 +11,10 @@
 #   - a checkpoint saved under one layout resumes under another with the
 #     single-rank losses,
 #   - a router forced onto two experts (routing bias +100 written into the
-#     checkpoint) trains under ep4 flat and RBD without hanging or crashing.
+#     checkpoint) trains under ep4 flat and RBD without hanging or crashing;
+#   - the programs built with --no-overlap (every collective in order) train
+#     bit for bit as the overlapped ones (ep4, and tp2_ssmb_ep4_rbd_zero1),
+#     whose compile reports say what they overlap.
 # 4-rank layouts run as 2 emulated nodes of 2 ranks (XM_RANKS_PER_NODE=2).
 set -euo pipefail
 src="${XM_SOURCE_DIR:?}"
@@ -40,6 +43,8 @@ layouts=(
   "ep4_rbd 4 --dp 4 --ep 4 --rbd --ranks-per-node 2"
   "dp2_ep2_zero1 2 --dp 2 --ep 2 --zero 1"
   "tp2_ssmb_ep4_rbd_zero1 4 --dp 2 --tp 2 --ssmb --ep 4 --rbd --zero 1 --ranks-per-node 2"
+  "ep4_noov 4 --dp 4 --ep 4 --no-overlap"
+  "tp2_ssmb_ep4_rbd_zero1_noov 4 --dp 2 --tp 2 --ssmb --ep 4 --rbd --zero 1 --ranks-per-node 2 --no-overlap"
 )
 
 train() { # name world extra-args...
@@ -196,6 +201,20 @@ for name in ("ep4", "ep4_rbd"):
     run = log(os.path.join(work, f"skew_{name}.jsonl"))
     good = sorted(run) == [1, 2, 3] and all(np.isfinite(r["loss"]) for r in run.values())
     print(f"skewed routing under {name}: steps {sorted(run)}, finite losses: {good}")
+    ok = ok and good
+# --no-overlap: the same program in another order, the same bits.
+import re
+for name in ("ep4", "tp2_ssmb_ep4_rbd_zero1"):
+    rep = open(os.path.join(work, name + ".compile.txt")).read()
+    m = re.search(r"overlap: (\d+) gradient reductions .*; (\d+) expert exchanges run beside (\d+) ops", rep)
+    off = "overlap: off (--no-overlap)" in open(os.path.join(work, name + "_noov.compile.txt")).read()
+    a, b = log(os.path.join(work, name + ".jsonl")), log(os.path.join(work, name + "_noov.jsonl"))
+    same = sorted(a) == sorted(b) and all(a[s]["loss"] == b[s]["loss"] for s in a)
+    wa, wb = tensors(os.path.join(work, name + ".ckpt")), tensors(os.path.join(work, name + "_noov.ckpt"))
+    same = same and sorted(wa) == sorted(wb) and all(np.array_equal(wa[k], wb[k]) for k in wa)
+    good = bool(m) and int(m.group(2)) > 0 and int(m.group(3)) > 0 and off and same
+    print(f"{name} overlapped ({m.group(0) if m else 'no overlap line'}) vs --no-overlap: "
+          f"{'bit-identical losses and weights' if same else 'DIFFERENT'}: {'ok' if good else 'FAIL'}")
     ok = ok and good
 sys.exit(0 if ok else 1)
 EOF

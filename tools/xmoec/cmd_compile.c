@@ -75,7 +75,7 @@ typedef struct {
   const char *cc;
   const char *target; /* codegen/target.h; "cpu" when not given */
   const char *gpu_arch; /* --gpu-arch; NULL: the cluster's, else the target's default */
-  bool print_after_all, timing, no_build, print_flags, no_fuse;
+  bool print_after_all, timing, no_build, print_flags, no_fuse, no_overlap;
   bool emulate; /* GPU targets: build the kernels for the CPU emulation of the GPU */
   int64_t layout_value[XM_LAYOUT_RANKS_PER_NODE + 1]; /* by xm_layout_knob_t */
   unsigned layout_given; /* bit 1 << xm_layout_knob_t per layout flag given */
@@ -88,7 +88,7 @@ static void compile_usage(FILE *out) {
           "                     [--target cpu|hip|cuda] [--gpu-arch ARCH] [--emulate]\n"
           "                     [--dp N] [--tp N] [--ep N] [--ssmb] [--rbd] [--zero N]\n"
           "                     [--ranks-per-node N] [--dispatch-bound B]\n"
-          "                     [--no-fuse] [--print-ir-after-all] [--timing]\n"
+          "                     [--no-fuse] [--no-overlap] [--print-ir-after-all] [--timing]\n"
           "       xmoec compile --print-build-flags\n"
           "\n"
           "Builds the training program of a model: forward graph, autodiff, memory\n"
@@ -114,6 +114,9 @@ static void compile_usage(FILE *out) {
           "  --no-fuse              keep the padding-free gather and combine, and the LM\n"
           "                         head's logits, as separate kernels (no fuse-permute-gemm\n"
           "                         and fuse-lm-head passes; for comparison)\n"
+          "  --no-overlap           run every collective in order on the compute stream (no\n"
+          "                         overlap-grad-reduce and overlap-moe-comm passes; for\n"
+          "                         comparison: the values are the same bit for bit)\n"
           "  --print-ir-after-all   print the module to stderr after every pass\n"
           "  --timing               per-pass time table on stderr\n"
           "  --print-build-flags    print the compiler, flags and libraries used to\n"
@@ -141,6 +144,7 @@ static bool switch_flag(const char *arg, compile_args_t *a) {
   else if (strcmp(arg, "--timing") == 0) a->timing = true;
   else if (strcmp(arg, "--no-build") == 0) a->no_build = true;
   else if (strcmp(arg, "--no-fuse") == 0) a->no_fuse = true;
+  else if (strcmp(arg, "--no-overlap") == 0) a->no_overlap = true;
   else if (strcmp(arg, "--print-build-flags") == 0) a->print_flags = true;
   else if (strcmp(arg, "--emulate") == 0) a->emulate = true;
   else return false;
@@ -768,8 +772,9 @@ static xm_status_t resolve_layout(compile_t *c, xm_diag_t *diag) {
 
 /* "[shard{...},][fuse-permute-gemm,fuse-lm-head,]autodiff{...},[mixed-precision{...},]
  * canonicalize,fold-accumulate,[overlap-grad-reduce,]host-reads,kernel-workspace,
- * routed-rows,plan-memory,schedule" (the bracketed shard and overlap-grad-reduce
- * on more than one rank). The shard
+ * routed-rows,[overlap-moe-comm,]plan-memory,schedule" (the bracketed shard and
+ * overlap passes on more than one rank, the overlap passes unless --no-overlap).
+ * The shard
  * pass's options are all spelled out, so the manifest records the whole
  * layout. `fuse` false
  * leaves the permutation and the loss unfused (--no-fuse, and the
@@ -793,8 +798,11 @@ static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
   xm_strbuf_puts(out, "},");
   if (bf16(c)) xm_strbuf_puts(out, "mixed-precision{dtype=bf16},");
   xm_strbuf_puts(out, "canonicalize,fold-accumulate,");
-  if (xm_layout_world(l) > 1) xm_strbuf_puts(out, "overlap-grad-reduce,");
-  xm_strbuf_puts(out, "host-reads,kernel-workspace,routed-rows,plan-memory,schedule");
+  bool overlap = xm_layout_world(l) > 1 && !c->a.no_overlap;
+  if (overlap) xm_strbuf_puts(out, "overlap-grad-reduce,");
+  xm_strbuf_puts(out, "host-reads,kernel-workspace,routed-rows,");
+  if (overlap) xm_strbuf_puts(out, "overlap-moe-comm,");
+  xm_strbuf_puts(out, "plan-memory,schedule");
 }
 
 /* The activation arena of the same program without the fusion, for the
@@ -903,6 +911,20 @@ static void print_fusion(const compile_t *c) {
     printf("fuse-lm-head: nothing to fold\n");
 }
 
+/* What the overlap passes put beside the computation (more than one rank). */
+static void print_overlap(const compile_t *c) {
+  if (xm_layout_world(&c->layout) == 1) return;
+  if (c->a.no_overlap) {
+    printf("overlap: off (--no-overlap): every collective in order on the compute stream\n");
+    return;
+  }
+  printf("overlap: %lld gradient reductions start in the last micro-batch's backward; %lld expert "
+         "exchanges run beside %lld ops of their layer\n",
+         (long long)xm_ir_module_get_int(c->m, "overlapped_reductions", 0),
+         (long long)xm_ir_module_get_int(c->m, "overlapped_exchanges", 0),
+         (long long)xm_ir_module_get_int(c->m, "overlapped_ops", 0));
+}
+
 /* "layout: dp2 tp2 ep4 ssmb, 4 ranks (2 per node)", or "(one rank)". */
 static void print_layout(const xm_layout_t *l) {
   char name[96];
@@ -944,6 +966,7 @@ static int compile(compile_t *c) {
   xm_plan_memory_print_report(&c->mem, &report);
   printf("%s\n", xm_strbuf_cstr(&report));
   print_fusion(c);
+  print_overlap(c);
   xm_strbuf_free(&report);
   int rc = write_outputs(c);
   if (rc || c->a.no_build) return rc;
