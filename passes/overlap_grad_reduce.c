@@ -23,16 +23,18 @@
  * accumulate (the state is only ever added into), and the step reads it
  * only after the join, so the values are those of the unmoved program:
  * the reductions run in the same order on every rank, in the same order
- * relative to each other. Moved are reductions of f32 grad states whose
- * state no earlier step op reads; the rest stays where it is: ZeRO-1's
- * reduce-scatter (its chunk is a step temporary), the expert-load
- * reductions of the aux-free bias (consumed by the step's update anyway).
- * Reductions with the same anchor keep their relative order. The module
- * records how many it moved (attr overlapped_reductions).
+ * relative to each other. Moved are the reductions of f32 grad states
+ * whose state no earlier step op reads other than a reduction moved
+ * before it: the all-reduces and ZeRO-1's reduce-scatter (after the TP
+ * all-reduce of the same gradient, when there is one, in that order). The
+ * expert-load reductions of the aux-free bias stay (consumed by the step's
+ * update anyway). Reductions with the same anchor keep their relative
+ * order. The module records how many it moved (attr overlapped_reductions).
  *
- * The pass changes no value's lifetime in the activation arena (a
- * reduce_state has no result and its operand is persistent), so it may
- * run before or after plan-memory; the pipeline runs it before.
+ * A reduce_state has no result and its operand is persistent; a moved
+ * reduce-scatter's chunk is a micro value that the step reads, which the
+ * memory plan keeps alive from the backward into the step (the last
+ * micro-batch wrote it). So the pass must run before plan-memory.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +49,12 @@ static bool is_declaration(const xm_ir_op_t *op) {
   return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
 }
 
-/* A reduce_state of the step on an f32 grad state. */
+/* A reduce_state or a ZeRO-1 reduce-scatter of the step on an f32 grad
+ * state. */
 static bool candidate(const xm_ir_op_t *op) {
-  if (op->code != XM_OP_REDUCE_STATE || op->num_operands != 1 || !is_step(op)) return false;
+  if ((op->code != XM_OP_REDUCE_STATE && op->code != XM_OP_ZERO_REDUCE_SCATTER) ||
+      op->num_operands != 1 || !is_step(op))
+    return false;
   const xm_ir_value_t *s = op->operands[0];
   return s->def && s->def->code == XM_OP_STATE && s->type.dtype == XM_DT_F32 &&
          strcmp(xm_ir_op_get_string(s->def, "kind", ""), "grad") == 0;
@@ -84,6 +89,7 @@ static xm_status_t overlap_run(xm_ir_module_t *m, const xm_pass_options_t *optio
         moves[2 * k] = last_micro[id];
         moves[2 * k + 1] = i;
         k++;
+        continue; /* it reads the state in the micro function now */
       }
     }
     for (int j = 0; j < op->num_operands; j++) {

@@ -10,7 +10,10 @@
  * anywhere. Visibility follows from the two functions: a micro op may read
  * persistent values, inputs and earlier micro temporaries; a step op may
  * read persistent values and earlier step temporaries only (the micro
- * function's buffers are dead, and reused, by the time step runs).
+ * function's buffers are dead, and reused, by the time step runs), and the
+ * results of a collective that overlap-grad-reduce moved into the last
+ * micro-batch (attr last_micro: ZeRO-1's reduce-scatter chunk, which the
+ * memory plan keeps alive from there into the step).
  *
  * When the phases are interleaved the pass moves the step ops after the
  * micro ops, keeping the relative order inside each group (a stable
@@ -99,7 +102,8 @@ static xm_status_t check_visibility(const xm_ir_module_t *m, xm_diag_t *diag, in
       if (def < 0) {
         report(diag, op, i, "%s reads a value that is not defined before it%s", name, "");
         st = XM_ERR_INTERNAL;
-      } else if (def != GROUP_DECL && gr == GROUP_STEP && def != GROUP_STEP) {
+      } else if (def != GROUP_DECL && gr == GROUP_STEP && def != GROUP_STEP &&
+                 !(v->def && xm_ir_op_get_bool(v->def, "last_micro", false))) {
         report(diag, op, i, "%s (step) reads %s value of the micro-batch function", name, "a");
         st = XM_ERR_INTERNAL;
       } else if (def == GROUP_STEP && gr != GROUP_STEP) {
