@@ -441,7 +441,9 @@ xm_status_t xm_spec_load_text(const char *text, size_t len, const char *source, 
 static xm_status_t read_whole(const char *path, xm_diag_t *diag, char **out_text, size_t *out_len) {
   int err = xm_read_file(path, out_text, out_len);
   if (err != 0) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read file: %s", strerror(err));
+    char why[160];
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read file: %s",
+                xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
     return XM_ERR_IO;
   }
   return XM_OK;

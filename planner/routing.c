@@ -611,7 +611,9 @@ xm_status_t xm_routing_load_file(const char *path, const xm_routing_options_t *o
   size_t len = 0;
   int e = xm_read_file(path, &text, &len);
   if (e != 0) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read the routing file: %s", strerror(e));
+    char why[160];
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read the routing file: %s",
+                xm_read_error(e, XM_READ_LIMIT_TEXT, why, sizeof why));
     return XM_ERR_IO;
   }
   xm_status_t st = xm_routing_load_text(text, len, path, opts, diag, out);

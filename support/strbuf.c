@@ -2,10 +2,14 @@
 #include "support/strbuf.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "support/status.h"
 
@@ -121,23 +125,69 @@ void xm_strbuf_put_double(xm_strbuf_t *b, double v) {
   if (!strpbrk(tmp, ".e")) xm_strbuf_puts(b, ".0");
 }
 
-int xm_read_file(const char *path, char **out_data, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return errno ? errno : EIO;
+int xm_read_stream_limit(FILE *f, size_t limit, char **out_data, size_t *out_len) {
   xm_strbuf_t b;
   xm_strbuf_init(&b);
   char chunk[65536];
   size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) xm_strbuf_append(&b, chunk, n);
-  int err = ferror(f) ? (errno ? errno : EIO) : 0;
-  fclose(f);
+  int err = 0;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    if (n > limit - b.len) { /* b.len <= limit always */
+      err = XM_READ_TOO_LARGE;
+      break;
+    }
+    xm_strbuf_append(&b, chunk, n);
+  }
+  if (!err && ferror(f)) err = errno ? errno : EIO;
   if (err) {
     xm_strbuf_free(&b);
     return err;
   }
   *out_len = b.len;
+  xm_strbuf_append(&b, "", 0); /* a NUL-terminated buffer even when empty */
   *out_data = xm_strbuf_take(&b);
   return 0;
+}
+
+int xm_read_file_limit(const char *path, size_t limit, char **out_data, size_t *out_len) {
+  /* O_NONBLOCK: opening a FIFO returns at once (to be refused below). */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno ? errno : EIO;
+  struct stat st;
+  int err = 0;
+  if (fstat(fd, &st) != 0)
+    err = errno ? errno : EIO;
+  else if (S_ISDIR(st.st_mode))
+    err = EISDIR;
+  else if (!S_ISREG(st.st_mode))
+    err = XM_READ_NOT_REGULAR;
+  else if ((uint64_t)st.st_size > (uint64_t)limit)
+    err = XM_READ_TOO_LARGE;
+  FILE *f = err ? NULL : fdopen(fd, "rb");
+  if (!f) {
+    if (!err) err = errno ? errno : EIO;
+    close(fd);
+    return err;
+  }
+  err = xm_read_stream_limit(f, limit, out_data, out_len);
+  fclose(f);
+  return err;
+}
+
+int xm_read_file(const char *path, char **out_data, size_t *out_len) {
+  return xm_read_file_limit(path, XM_READ_LIMIT_TEXT, out_data, out_len);
+}
+
+const char *xm_read_error(int err, size_t limit, char *buf, size_t n) {
+  if (err == XM_READ_NOT_REGULAR)
+    snprintf(buf, n, "not a regular file (a FIFO, a device or a socket is not read)");
+  else if (err == XM_READ_TOO_LARGE)
+    snprintf(buf, n, "larger than the limit of %zu MiB for this kind of file", limit >> 20);
+  else if (err == EISDIR)
+    snprintf(buf, n, "is a directory, not a file");
+  else
+    snprintf(buf, n, "%s", strerror(err));
+  return buf;
 }
 
 int xm_edit_distance(const char *a, const char *b) {

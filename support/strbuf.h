@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct {
   char *data; /* owned; NUL-terminated; NULL until the first append */
@@ -37,9 +38,31 @@ void xm_strbuf_put_quoted(xm_strbuf_t *b, const char *s);
  * ("1.0", "1e-06", "0.1"). inf/nan print as "inf", "-inf", "nan". */
 void xm_strbuf_put_double(xm_strbuf_t *b, double v);
 
-/* Reads a whole file into a NUL-terminated malloc'd buffer. Returns 0 on
- * success, or errno on failure. */
+/* The size limits of the files read whole (docs/spec.md, Errors). */
+#define XM_READ_LIMIT_TEXT ((size_t)64 << 20)  /* specs, clusters, HF configs, manifests, JSON */
+#define XM_READ_LIMIT_IR ((size_t)1 << 30)     /* IR and MLIR text */
+
+/* Errors of xm_read_file beside errno values. */
+enum {
+  XM_READ_NOT_REGULAR = 100000, /* a FIFO, a device or a socket */
+  XM_READ_TOO_LARGE = 100001,   /* over the limit */
+};
+
+/* Reads a whole regular file of at most `limit` bytes into a
+ * NUL-terminated malloc'd buffer. The file is opened without blocking (a
+ * FIFO is refused, never waited on) and its kind checked before anything
+ * is read: a directory gives EISDIR, any other non-regular file
+ * XM_READ_NOT_REGULAR, more than `limit` bytes (also when the file grows
+ * while it is read) XM_READ_TOO_LARGE. Returns 0 on success, else that
+ * code or errno. */
+int xm_read_file_limit(const char *path, size_t limit, char **out_data, size_t *out_len);
+/* xm_read_file_limit with XM_READ_LIMIT_TEXT. */
 int xm_read_file(const char *path, char **out_data, size_t *out_len);
+/* The same from an open stream (stdin), bounded the same way. */
+int xm_read_stream_limit(FILE *f, size_t limit, char **out_data, size_t *out_len);
+/* What an error of the readers above means, for a message ("cannot read:
+ * <this>"); the limit is the one the read was given. Returns buf. */
+const char *xm_read_error(int err, size_t limit, char *buf, size_t n);
 
 /* Levenshtein edit distance, for "did you mean" suggestions. */
 int xm_edit_distance(const char *a, const char *b);

@@ -208,6 +208,13 @@ static xm_status_t resolve_checkpoint(const char *dir, const char *prog, char **
   char *text = NULL;
   size_t len = 0;
   int rc = xm_read_file(latest, &text, &len);
+  if (rc != 0 && rc != ENOENT) {
+    char why[160];
+    fprintf(stderr, "%s: error: %s: cannot read: %s\n", prog, latest,
+            xm_read_error(rc, XM_READ_LIMIT_TEXT, why, sizeof why));
+    free(latest);
+    return XM_ERR_IO;
+  }
   free(latest);
   if (rc == 0) {
     while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
@@ -553,9 +560,23 @@ static void fill_inputs(trainer_t *t, int eval, int64_t first) {
   int64_t n = p->micro_batch * p->seq_len;
   int32_t *tok = t->inputs_host, *lab = t->inputs_host + n;
   int64_t avail = eval ? xm_rt_data_eval_windows(t->data) : xm_rt_data_train_windows(t->data);
-  for (int64_t b = 0; b < p->micro_batch; b++)
-    xm_rt_data_window(t->data, eval, (first + b) % avail, tok + b * p->seq_len,
-                      lab + b * p->seq_len);
+  for (int64_t b = 0; b < p->micro_batch; b++) {
+    xm_diag_t diag;
+    xm_diag_init(&diag);
+    if (xm_rt_data_window(t->data, eval, (first + b) % avail, tok + b * p->seq_len,
+                          lab + b * p->seq_len, &diag) != XM_OK) {
+      /* One line: the data's own message (path and offset). */
+      char msg[900] = "the data set changed during training";
+      if (diag.count > 0) {
+        const xm_diag_entry_t *e = &diag.entries[0];
+        snprintf(msg, sizeof msg, "%s%s%s%s%s", e->file ? e->file : "", e->file ? ": " : "",
+                 e->place ? e->place : "", e->place ? ": " : "", e->message);
+      }
+      xm_diag_free(&diag);
+      xm_rt_fail(&t->x, "%s", msg);
+    }
+    xm_diag_free(&diag);
+  }
   xm_rt_exec_t *x = &t->x;
   x->be->copy_h2d(x->be, tensor_ptr(t, p->tokens), tok, (size_t)n * sizeof *tok, x->stream);
   x->be->copy_h2d(x->be, tensor_ptr(t, p->labels), lab, (size_t)n * sizeof *lab, x->stream);

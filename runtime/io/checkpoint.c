@@ -663,7 +663,9 @@ static xm_status_t ck_read_index(const char *dir, ck_list_t *l, ck_files_t *fs, 
   size_t len = 0;
   int err = xm_read_file(path, &text, &len);
   if (err) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read: %s", strerror(err));
+    char why[160];
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read: %s",
+                xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
     free(path);
     return XM_ERR_IO;
   }
@@ -909,7 +911,9 @@ static xm_status_t ck_load_state(const char *dir, xm_rt_train_state_t *st, xm_di
   if (err == ENOENT) {
     /* An exported model without training state: start from zero. */
   } else if (err) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read: %s", strerror(err));
+    char why[160];
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read: %s",
+                xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
     s = XM_ERR_IO;
   } else {
     const char *end = NULL;

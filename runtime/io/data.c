@@ -8,19 +8,34 @@
  * Megatron data set is a list of sequences at arbitrary byte offsets of the
  * .bin, found by binary search over the prefix sums of their sizes.
  *
- * Everything is validated once, when opening: headers, index sizes against
- * file lengths, pointers in range and in order, and every token id against
- * the vocabulary, so that xm_rt_data_window cannot fail and the embedding
- * kernels can trust the ids. Messages carry the path and the byte offset of
- * the offending field ("corpus.idx: error: offset 34: ..."), and the first
+ * Everything is validated when opening: the file's kind (a regular file,
+ * opened without blocking, so a FIFO is refused rather than waited on),
+ * headers, index sizes against file lengths, pointers in range and in
+ * order, every token id against the vocabulary, and for raw text that it
+ * is text (valid UTF-8 without control characters other than tab, line
+ * and page breaks; a compressed file or a Megatron .bin without its .idx
+ * is named as such). Messages carry the path and the byte offset of the
+ * offending field ("corpus.idx: error: offset 34: ..."), and the first
  * problem of a file is reported (later fields are usually meaningless once
  * one is wrong).
+ *
+ * A file may still change under the program. Each window checks first
+ * that no mapped file changed size or modification time since it was
+ * opened, and checks every id it copies against the vocabulary (the ids
+ * the embedding gets are those of this copy), so a rewritten file ends the
+ * run with a message, never with out-of-range ids. A file truncated while
+ * a window reads it raises SIGBUS on the mapping; a handler installed with
+ * the first mapping recognises the address as one of ours and ends the
+ * process with a message naming the file and exit code 1 (any other
+ * SIGBUS gets the default action).
  */
 #include "runtime/io/data.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +53,9 @@ typedef enum { EL_U8, EL_I8, EL_U16, EL_I16, EL_U32, EL_I32, EL_I64 } elem_kind_
 typedef struct {
   unsigned char *ptr; /* NULL for an empty file */
   size_t len;
+  int fd;                   /* kept open to see whether the file changes; -1 for none */
+  struct timespec mtime;    /* at opening */
+  int guard;                /* the SIGBUS guard's slot, -1 for none */
 } mapping_t;
 
 struct xm_rt_data {
@@ -93,17 +111,77 @@ static int is_regular_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* ---- the SIGBUS guard of the mappings ------------------------------------ */
+
+enum { GUARDS = 16 };
+static struct {
+  const unsigned char *volatile lo, *volatile hi;
+  char msg[600];
+  size_t len;
+} g_guard[GUARDS];
+static int g_guard_installed;
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
+  (void)ctx;
+  const unsigned char *a = si ? (const unsigned char *)si->si_addr : NULL;
+  for (int i = 0; a && i < GUARDS; i++)
+    if (g_guard[i].lo && a >= g_guard[i].lo && a < g_guard[i].hi) {
+      ssize_t w = write(2, g_guard[i].msg, g_guard[i].len);
+      (void)w;
+      _exit(1);
+    }
+  signal(sig, SIG_DFL); /* not ours: the default action */
+  raise(sig);
+}
+
+static int guard_add(const unsigned char *p, size_t len, const char *path) {
+  if (!g_guard_installed) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, NULL) != 0) return -1;
+    g_guard_installed = 1;
+  }
+  for (int i = 0; i < GUARDS; i++)
+    if (!g_guard[i].lo) {
+      int n = snprintf(g_guard[i].msg, sizeof g_guard[i].msg,
+                       "error: %s: the data file shrank while the program was reading it (it "
+                       "must not change during training)\n",
+                       path);
+      g_guard[i].len = n < 0 ? 0 : (size_t)n < sizeof g_guard[i].msg ? (size_t)n
+                                                                       : sizeof g_guard[i].msg - 1;
+      g_guard[i].hi = p + len;
+      g_guard[i].lo = p;
+      return i;
+    }
+  return -1; /* more mappings than slots: such a one gets the default action */
+}
+
+static void guard_remove(int i) {
+  if (i < 0) return;
+  g_guard[i].lo = NULL;
+  g_guard[i].hi = NULL;
+}
+
 static xm_status_t map_file(const char *path, xm_diag_t *diag, mapping_t *out) {
   out->ptr = NULL;
   out->len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  out->fd = -1;
+  out->guard = -1;
+  /* O_NONBLOCK: a FIFO opens at once, to be refused below. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot open: %s", strerror(errno));
     return XM_ERR_IO;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "not a regular file");
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s",
+                S_ISDIR(st.st_mode) ? "is a directory, not a data file"
+                                    : "not a regular file (a FIFO, a device or a socket is not "
+                                      "read)");
     close(fd);
     return XM_ERR_IO;
   }
@@ -116,15 +194,29 @@ static xm_status_t map_file(const char *path, xm_diag_t *diag, mapping_t *out) {
     }
     out->ptr = p;
     out->len = (size_t)st.st_size;
+    out->guard = guard_add(out->ptr, out->len, path);
   }
-  close(fd); /* the mapping stays valid */
+  out->fd = fd;
+  out->mtime = st.st_mtim;
   return XM_OK;
 }
 
 static void unmap(mapping_t *m) {
+  guard_remove(m->guard);
   if (m->ptr) munmap(m->ptr, m->len);
+  if (m->fd >= 0) close(m->fd);
   m->ptr = NULL;
   m->len = 0;
+  m->fd = -1;
+  m->guard = -1;
+}
+
+/* Whether the file of a mapping is as it was when it was opened. */
+static bool unchanged(const mapping_t *m) {
+  if (m->fd < 0) return true;
+  struct stat st;
+  return fstat(m->fd, &st) == 0 && (size_t)st.st_size == m->len &&
+         st.st_mtim.tv_sec == m->mtime.tv_sec && st.st_mtim.tv_nsec == m->mtime.tv_nsec;
 }
 
 static int elem_size(elem_kind_t k) {
@@ -205,7 +297,79 @@ static xm_status_t check_tokens(const char *path, const unsigned char *p, int64_
 
 /* ---- the three formats -------------------------------------------------- */
 
+/* What a file that is not text most likely is, from its first bytes; NULL
+ * when nothing is recognised. */
+static const char *binary_kind(const unsigned char *p, size_t n) {
+  static const struct {
+    const char *magic;
+    size_t len;
+    const char *what;
+  } k[] = {
+      {"\x1f\x8b", 2, "a gzip file (decompress it first)"},
+      {"\x28\xb5\x2f\xfd", 4, "a zstd file (decompress it first)"},
+      {"\xfd" "7zXZ\x00", 6, "an xz file (decompress it first)"},
+      {"BZh", 3, "a bzip2 file (decompress it first)"},
+      {"PK\x03\x04", 4, "a zip archive (extract it first)"},
+      {"7z\xbc\xaf\x27\x1c", 6, "a 7z archive (extract it first)"},
+      {"\x93NUMPY", 6, "a NumPy array (write it as an XMTOKENS token file, docs/train.md)"},
+      {"PAR1", 4, "a Parquet file (tokenize it into a token file or Megatron dataset)"},
+      {"\x89HDF", 4, "an HDF5 file (tokenize it into a token file or Megatron dataset)"},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (n >= k[i].len && memcmp(p, k[i].magic, k[i].len) == 0) return k[i].what;
+  return NULL;
+}
+
+/* The offset of the first byte that keeps p[0..n) from being text (valid
+ * UTF-8, no control characters but tab, line feed, vertical tab, form feed
+ * and carriage return), or -1 when it is text. */
+static int64_t not_text_at(const unsigned char *p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    if (c < 0x80) {
+      if (c < 0x20 && !(c >= 0x09 && c <= 0x0d)) return (int64_t)i;
+      if (c == 0x7f) return (int64_t)i;
+      i++;
+      continue;
+    }
+    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (len == 0 || i + len > n) return (int64_t)i;
+    for (size_t j = 1; j < len; j++)
+      if ((p[i + j] & 0xc0) != 0x80) return (int64_t)i;
+    /* overlong forms, surrogates and code points past U+10FFFF */
+    if ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] > 0x9f) ||
+        (c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] > 0x8f))
+      return (int64_t)i;
+    i += len;
+  }
+  return -1;
+}
+
 static xm_status_t open_text(xm_rt_data_t *d, xm_diag_t *diag) {
+  const char *kind = binary_kind(d->main.ptr, d->main.len);
+  if (kind) {
+    xm_diag_add(diag, XM_DIAG_ERROR, d->path, NULL,
+                "not a data file xmoec reads: this is %s; the formats are raw text, a token "
+                "file and a Megatron dataset (docs/train.md)",
+                kind);
+    return XM_ERR_INVALID_INPUT;
+  }
+  if (ends_with(d->path, ".bin")) {
+    xm_diag_add(diag, XM_DIAG_ERROR, d->path, NULL,
+                "a .bin without its .idx beside it: a Megatron dataset needs both (PATH.bin and "
+                "PATH.idx); raw text must not be named .bin");
+    return XM_ERR_INVALID_INPUT;
+  }
+  int64_t bad = not_text_at(d->main.ptr, d->main.len);
+  if (bad >= 0) {
+    err_at(diag, d->path, bad,
+           "not text (byte 0x%02x is not valid UTF-8 text): raw text data must be UTF-8 without "
+           "control characters; binary data goes in a token file or a Megatron dataset "
+           "(docs/train.md)",
+           d->main.ptr[bad]);
+    return XM_ERR_INVALID_INPUT;
+  }
   if (d->vocab < 256) {
     xm_diag_add(diag, XM_DIAG_ERROR, d->path, NULL,
                 "raw text uses the byte-level tokenizer (256 ids) but the model's vocabulary "
@@ -459,6 +623,8 @@ xm_status_t xm_rt_data_open(const char *path, int64_t vocab, int64_t seq_len, do
   }
   xm_rt_data_t *d = calloc(1, sizeof *d);
   if (!d) return XM_ERR_NO_MEMORY;
+  d->main.fd = d->idx.fd = -1;
+  d->main.guard = d->idx.guard = -1;
   d->vocab = vocab;
   d->seq_len = seq_len;
   d->elsize = 1;
@@ -504,31 +670,53 @@ static int64_t find_seq(const xm_rt_data_t *d, int64_t k) {
   return lo;
 }
 
-/* Copies stream tokens [k0, k0 + n) into out. */
-static void read_stream(const xm_rt_data_t *d, int64_t k0, int64_t n, int32_t *out) {
+/* Copies stream tokens [k0, k0 + n) into out, each checked against the
+ * vocabulary; the file offset of the first id outside it, else -1. */
+static int64_t read_stream(const xm_rt_data_t *d, int64_t k0, int64_t n, int32_t *out) {
   if (d->format != XM_RT_DATA_MEGATRON) {
-    for (int64_t i = 0; i < n; i++)
-      out[i] = (int32_t)read_elem(d->tokens + (k0 + i) * d->elsize, d->kind);
-    return;
+    for (int64_t i = 0; i < n; i++) {
+      const unsigned char *p = d->tokens + (k0 + i) * d->elsize;
+      int64_t v = read_elem(p, d->kind);
+      if (v < 0 || v >= d->vocab) return (int64_t)(p - d->main.ptr);
+      out[i] = (int32_t)v;
+    }
+    return -1;
   }
   int64_t s = find_seq(d, k0), k = k0;
   for (int64_t i = 0; i < n; i++, k++) {
     while (k >= d->cum[s + 1])
       s++; /* skips empty sequences too */
     const unsigned char *p = d->main.ptr + d->ptrs[s] + (k - d->cum[s]) * d->elsize;
-    out[i] = (int32_t)read_elem(p, d->kind);
+    int64_t v = read_elem(p, d->kind);
+    if (v < 0 || v >= d->vocab) return (int64_t)(p - d->main.ptr);
+    out[i] = (int32_t)v;
   }
+  return -1;
 }
 
-void xm_rt_data_window(const xm_rt_data_t *d, int eval, int64_t j, int32_t *tokens,
-                       int32_t *labels) {
+xm_status_t xm_rt_data_window(const xm_rt_data_t *d, int eval, int64_t j, int32_t *tokens,
+                              int32_t *labels, xm_diag_t *diag) {
   int64_t S = d->seq_len;
   XM_ASSERT(j >= 0 && j < (eval ? d->eval_windows : d->train_windows));
+  if (!unchanged(&d->main) || !unchanged(&d->idx)) {
+    xm_diag_add(diag, XM_DIAG_ERROR, d->path, NULL,
+                "the data changed while the program was reading it (size or modification time "
+                "differ from when it was opened); data files must not change during training");
+    return XM_ERR_IO;
+  }
   int64_t g = eval ? d->windows - d->eval_windows + j : j;
-  read_stream(d, g * S, S, tokens);
   /* Labels are the same stream shifted by one; read them rather than copy
    * tokens[1..] so the two buffers may alias nothing and each is complete. */
-  read_stream(d, g * S + 1, S, labels);
+  int64_t bad = read_stream(d, g * S, S, tokens);
+  if (bad < 0) bad = read_stream(d, g * S + 1, S, labels);
+  if (bad >= 0) {
+    err_at(diag, d->path, bad,
+           "token id outside the vocabulary [0, %" PRId64 ") (the file changed after it was "
+           "checked)",
+           d->vocab);
+    return XM_ERR_IO;
+  }
+  return XM_OK;
 }
 
 xm_status_t xm_rt_data_write_tokens(const char *path, const uint32_t *tokens, int64_t n,

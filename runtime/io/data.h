@@ -5,7 +5,7 @@
  * little-endian token ids), the Megatron indexed dataset (PATH.bin + PATH.idx,
  * given as PATH, PATH.bin or PATH.idx; all documents concatenated), and
  * anything else as raw text through the byte-level tokenizer (token = byte,
- * vocab 256). A stream is one sequence of tokens; sequence j of a split is
+ * vocab 256; the file must be UTF-8 text, see runtime/io/data.c). A stream is one sequence of tokens; sequence j of a split is
  * tokens[j*S : j*S + S + 1] (inputs the first S, labels the last S), so
  * windows are deterministic (docs/design.md, Interfaces). The last `eval_fraction` of the
  * windows (at least one) form the evaluation split; training reads only the
@@ -37,9 +37,11 @@ int64_t xm_rt_data_train_windows(const xm_rt_data_t *d);
 int64_t xm_rt_data_eval_windows(const xm_rt_data_t *d);
 
 /* Copies window j of the split (train: 0 <= j < train_windows, eval likewise)
- * into tokens[S] and labels[S]. Token ids were validated when opening. */
-void xm_rt_data_window(const xm_rt_data_t *d, int eval, int64_t j, int32_t *tokens,
-                       int32_t *labels);
+ * into tokens[S] and labels[S]. Fails (XM_ERR_IO, a message in diag) when a
+ * file of the data set changed since it was opened or an id it copies is
+ * outside the vocabulary; every id written is in [0, vocab). */
+xm_status_t xm_rt_data_window(const xm_rt_data_t *d, int eval, int64_t j, int32_t *tokens,
+                              int32_t *labels, xm_diag_t *diag);
 
 /* Writes a token file (format above) — used by tests and tools. */
 xm_status_t xm_rt_data_write_tokens(const char *path, const uint32_t *tokens, int64_t n,

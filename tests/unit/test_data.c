@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/io/data.h"
@@ -90,12 +92,22 @@ static xm_rt_data_t *open_ok(const char *path, int64_t vocab, int64_t S, double 
   return d;
 }
 
+/* A window that must succeed. */
+static void window_ok(xm_rt_data_t *d, int eval, int64_t j, int32_t *tok, int32_t *lab) {
+  xm_diag_t diag;
+  xm_diag_init(&diag);
+  xm_status_t st = xm_rt_data_window(d, eval, j, tok, lab, &diag);
+  if (st != XM_OK) xm_diag_print(&diag, stderr);
+  assert_int_equal(st, XM_OK);
+  xm_diag_free(&diag);
+}
+
 /* Window j of a split must be stream[g*S .. g*S+S] with g the global index. */
 static void check_window(xm_rt_data_t *d, int eval, int64_t j, int64_t g, int64_t S,
                          const int32_t *stream) {
   int32_t tok[64], lab[64];
   assert_true(S <= 64);
-  xm_rt_data_window(d, eval, j, tok, lab);
+  window_ok(d, eval, j, tok, lab);
   for (int64_t i = 0; i < S; i++) {
     assert_int_equal(tok[i], stream[g * S + i]);
     assert_int_equal(lab[i], stream[g * S + i + 1]);
@@ -126,7 +138,7 @@ static void test_text(void **state) {
   check_window(d, 1, 0, 8, 4, stream);
   check_window(d, 1, 1, 9, 4, stream);
   int32_t tok[4], lab[4];
-  xm_rt_data_window(d, 0, 1, tok, lab); /* "quic" -> "uick" */
+  window_ok(d, 0, 1, tok, lab); /* "quic" -> "uick" */
   assert_int_equal(tok[0], 'q');
   assert_int_equal(lab[3], 'k');
   xm_rt_data_close(d);
@@ -170,8 +182,8 @@ static void test_one_window_warns(void **state) {
   assert_int_equal(xm_rt_data_train_windows(d), 1);
   assert_int_equal(xm_rt_data_eval_windows(d), 1);
   int32_t a[4], b[4], c[4], e[4];
-  xm_rt_data_window(d, 0, 0, a, b);
-  xm_rt_data_window(d, 1, 0, c, e);
+  window_ok(d, 0, 0, a, b);
+  window_ok(d, 1, 0, c, e);
   assert_memory_equal(a, c, sizeof a);
   assert_memory_equal(b, e, sizeof b);
   assert_int_equal(a[0], 'a');
@@ -242,7 +254,7 @@ static void test_eval_split_sizes(void **state) {
     assert_int_equal(xm_rt_data_train_windows(d), cases[c].train);
     assert_int_equal(xm_rt_data_eval_windows(d), cases[c].eval);
     int32_t tok[4], lab[4];
-    xm_rt_data_window(d, 1, 0, tok, lab); /* first eval window starts at train*S */
+    window_ok(d, 1, 0, tok, lab); /* first eval window starts at train*S */
     assert_int_equal(tok[0], cases[c].train * 4);
     assert_int_equal(lab[3], cases[c].train * 4 + 4);
     xm_rt_data_close(d);
@@ -308,11 +320,69 @@ static void test_token_file_malformed(void **state) {
   assert_int_equal(xm_rt_data_write_tokens(p, toks, 10, 4, &diag), XM_OK);
   xm_diag_free(&diag);
   expect_error(p, 100, 2, XM_ERR_INVALID_INPUT, p, "offset 36", "token id 100");
-  /* bad magic: not a token file, read as text; with a vocab too small for
-   * bytes that is the error, which names no offset */
+  /* bad magic: not a token file, and not text either (the version's 0x01
+   * at offset 8 is a control character) */
+  const char *t = tpath("bad.txt");
   memcpy(buf, "XMTOKENZ", 8);
+  write_bytes(t, buf, 36);
+  expect_error(t, 100, 2, XM_ERR_INVALID_INPUT, t, "offset 8", "not text");
+  /* the same named .bin: a Megatron .bin without its .idx */
   write_bytes(p, buf, 36);
-  expect_error(p, 100, 2, XM_ERR_INVALID_INPUT, p, NULL, "byte-level");
+  expect_error(p, 100, 2, XM_ERR_INVALID_INPUT, p, NULL, "without its .idx");
+  /* text, with a vocabulary too small for bytes: that is the error, which
+   * names no offset */
+  write_bytes(t, "plain text, 32 bytes of it......", 32);
+  expect_error(t, 100, 2, XM_ERR_INVALID_INPUT, t, NULL, "byte-level");
+}
+
+/* A file that changes after opening: the next window fails with a message
+ * (size or time changed), and ids rewritten in place with the time put
+ * back are caught by the window's own check; nothing out of range is ever
+ * copied. */
+static void test_window_after_change(void **state) {
+  (void)state;
+  const char *p = tpath("live.tok");
+  uint32_t toks[40];
+  for (int i = 0; i < 40; i++)
+    toks[i] = (uint32_t)(i % 7);
+  xm_diag_t diag;
+  xm_diag_init(&diag);
+  assert_int_equal(xm_rt_data_write_tokens(p, toks, 40, 2, &diag), XM_OK);
+  xm_rt_data_t *d = open_ok(p, 100, 4, 0.1, &diag);
+  int32_t tok[4], lab[4];
+  window_ok(d, 0, 0, tok, lab);
+  /* ids 0xffff in place, size and modification time kept */
+  struct stat st;
+  assert_int_equal(stat(p, &st), 0);
+  FILE *f = fopen(p, "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 16, SEEK_SET), 0);
+  unsigned char ff[80];
+  memset(ff, 0xff, sizeof ff);
+  assert_int_equal(fwrite(ff, 1, sizeof ff, f), sizeof ff);
+  fclose(f);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  assert_int_equal(utimensat(AT_FDCWD, p, times, 0), 0);
+  memset(tok, 0, sizeof tok);
+  assert_int_equal(xm_rt_data_window(d, 0, 1, tok, lab, &diag), XM_ERR_IO);
+  assert_int_equal(diag.errors, 1);
+  assert_non_null(strstr(diag.entries[0].message, "outside the vocabulary"));
+  assert_string_equal(diag.entries[0].place, "offset 24"); /* token 4: window 1 starts there */
+  for (int i = 0; i < 4; i++)
+    assert_true(tok[i] >= 0 && tok[i] < 100);
+  xm_diag_free(&diag);
+  /* one byte more: the size differs */
+  f = fopen(p, "ab");
+  assert_non_null(f);
+  fputc(0, f);
+  fclose(f);
+  xm_diag_init(&diag);
+  assert_int_equal(xm_rt_data_window(d, 0, 0, tok, lab, &diag), XM_ERR_IO);
+  assert_int_equal(diag.errors, 1);
+  assert_string_equal(diag.entries[0].file, p);
+  assert_non_null(strstr(diag.entries[0].message, "changed while the program was reading it"));
+  xm_diag_free(&diag);
+  xm_rt_data_close(d);
 }
 
 /* ---- Megatron indexed datasets -------------------------------------------------- */
@@ -517,6 +587,7 @@ int main(void) {
       cmocka_unit_test(test_eval_split_sizes),
       cmocka_unit_test(test_write_tokens_errors),
       cmocka_unit_test(test_token_file_malformed),
+      cmocka_unit_test(test_window_after_change),
       cmocka_unit_test(test_megatron),
       cmocka_unit_test(test_megatron_int32_contiguous),
       cmocka_unit_test(test_megatron_malformed),

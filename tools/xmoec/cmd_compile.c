@@ -648,13 +648,16 @@ static char *manifest_text(const compile_t *c) {
 
 /* Reads the spec (and cluster) files, loads and validates them. */
 static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
+  char why[160];
   int err = xm_read_file(c->a.input, &c->spec_text, &c->spec_len);
   if (err) {
-    xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, NULL, "cannot read: %s", strerror(err));
+    xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, NULL, "cannot read: %s",
+                xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
     return XM_ERR_IO;
   }
   if (c->a.cluster && (err = xm_read_file(c->a.cluster, &c->cluster_text, &c->cluster_len))) {
-    xm_diag_add(diag, XM_DIAG_ERROR, c->a.cluster, NULL, "cannot read: %s", strerror(err));
+    xm_diag_add(diag, XM_DIAG_ERROR, c->a.cluster, NULL, "cannot read: %s",
+                xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
     return XM_ERR_IO;
   }
   xm_status_t st = xm_spec_load_text(c->spec_text, c->spec_len, c->a.input, diag, &c->spec);

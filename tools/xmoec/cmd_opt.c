@@ -111,20 +111,7 @@ static int opt_parse_args(int argc, char **argv, opt_args_t *a, bool *out_help) 
 }
 
 static int read_stdin(char **out_data, size_t *out_len) {
-  xm_strbuf_t b;
-  xm_strbuf_init(&b);
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0)
-    xm_strbuf_append(&b, chunk, n);
-  if (ferror(stdin)) {
-    xm_strbuf_free(&b);
-    return EIO;
-  }
-  *out_len = b.len;
-  xm_strbuf_append(&b, "", 0); /* a NUL-terminated buffer even when empty */
-  *out_data = xm_strbuf_take(&b);
-  return 0;
+  return xm_read_stream_limit(stdin, XM_READ_LIMIT_IR, out_data, out_len);
 }
 
 /* MLIR when the name says so or the first non-comment words are a builtin
@@ -156,9 +143,12 @@ static xm_status_t load(const opt_args_t *a, xm_diag_t *diag, xm_ir_module_t **o
   const char *source = from_stdin ? "<stdin>" : a->input;
   char *text = NULL;
   size_t len = 0;
-  int err = from_stdin ? read_stdin(&text, &len) : xm_read_file(a->input, &text, &len);
+  int err = from_stdin ? read_stdin(&text, &len)
+                       : xm_read_file_limit(a->input, XM_READ_LIMIT_IR, &text, &len);
   if (err) {
-    xm_diag_add(diag, XM_DIAG_ERROR, source, NULL, "cannot read: %s", strerror(err));
+    char why[160];
+    xm_diag_add(diag, XM_DIAG_ERROR, source, NULL, "cannot read: %s",
+                xm_read_error(err, XM_READ_LIMIT_IR, why, sizeof why));
     return XM_ERR_IO;
   }
   xm_status_t st = looks_like_mlir(source, text) ? xm_mlir_import(text, len, source, diag, out_m)

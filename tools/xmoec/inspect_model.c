@@ -102,12 +102,13 @@ static char *join(const char *dir, const char *name) {
 static xm_status_t read_out_file(const char *dir, const char *name, xm_diag_t *diag, char **text,
                                  size_t *len, char **out_path) {
   char *path = join(dir, name);
-  int err = xm_read_file(path, text, len);
+  int err = xm_read_file_limit(path, XM_READ_LIMIT_IR, text, len);
   if (err) {
+    char why[160];
     xm_diag_add(diag, XM_DIAG_ERROR, path, NULL,
                 "cannot read: %s (is %s the output folder of "
                 "`xmoec compile`?)",
-                strerror(err), dir);
+                xm_read_error(err, XM_READ_LIMIT_IR, why, sizeof why), dir);
     free(path);
     return XM_ERR_IO;
   }
