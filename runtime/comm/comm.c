@@ -126,7 +126,8 @@ static xm_status_t resolve_layout(const xm_rt_context_t *ctx, const xm_rt_comm_l
   }
   if (out->ranks_per_node != ctx->ranks_per_node) {
     xm_diag_add(diag, XM_DIAG_ERROR, NULL, NULL,
-                "the layout has %d ranks per node, but the machine has %d (XM_RANKS_PER_NODE)",
+                "the program was compiled for %d ranks per node, but runs with %d "
+                "(--ranks-per-node or XM_RANKS_PER_NODE)",
                 out->ranks_per_node, ctx->ranks_per_node);
     return XM_ERR_INVALID_INPUT;
   }

@@ -24,6 +24,18 @@ static xm_status_t ranks_per_node_from_env(int world, int shared_size, int *out)
   return XM_OK;
 }
 
+xm_status_t xm_rt_context_set_ranks_per_node(xm_rt_context_t *ctx, int n) {
+  if (n <= 0 || ctx->world % n != 0) return XM_ERR_INVALID_INPUT;
+  if (n == ctx->ranks_per_node) return XM_OK;
+  if (ctx->node_comm != MPI_COMM_NULL && ctx->node_comm) MPI_Comm_free(&ctx->node_comm);
+  ctx->ranks_per_node = n;
+  ctx->node = ctx->rank / n;
+  ctx->local_rank = ctx->rank % n;
+  ctx->num_nodes = ctx->world / n;
+  MPI_Comm_split(ctx->world_comm, ctx->node, ctx->local_rank, &ctx->node_comm);
+  return XM_OK;
+}
+
 xm_status_t xm_rt_context_create(int *argc, char ***argv, xm_rt_context_t *ctx) {
   memset(ctx, 0, sizeof *ctx);
   int inited = 0;
@@ -41,6 +53,8 @@ xm_status_t xm_rt_context_create(int *argc, char ***argv, xm_rt_context_t *ctx) 
   int shared_size = 1;
   MPI_Comm_size(shared, &shared_size);
   MPI_Comm_free(&shared);
+  const char *env = getenv("XM_RANKS_PER_NODE");
+  ctx->rpn_from_env = env && *env;
   xm_status_t st = ranks_per_node_from_env(ctx->world, shared_size, &ctx->ranks_per_node);
   if (st != XM_OK) {
     MPI_Comm_free(&ctx->world_comm);

@@ -25,6 +25,7 @@ struct xm_rt_context {
   MPI_Comm world_comm; /* a duplicate of MPI_COMM_WORLD owned by the context */
   MPI_Comm node_comm;  /* ranks of this node */
   int owns_mpi;        /* MPI_Init was called by xm_rt_context_create */
+  int rpn_from_env;    /* ranks_per_node came from XM_RANKS_PER_NODE */
 };
 /* Also declared by runtime/abi/program.h (C11 allows the repetition). */
 typedef struct xm_rt_context xm_rt_context_t;
@@ -33,6 +34,10 @@ typedef struct xm_rt_context xm_rt_context_t;
  * XM_ERR_INVALID_INPUT when XM_RANKS_PER_NODE is malformed or does not
  * divide the world size. */
 xm_status_t xm_rt_context_create(int *argc, char ***argv, xm_rt_context_t *ctx);
+/* Makes every n consecutive ranks one node (node, local_rank, num_nodes,
+ * node_comm); collective over the world. XM_ERR_INVALID_INPUT when n does
+ * not divide the world size. */
+xm_status_t xm_rt_context_set_ranks_per_node(xm_rt_context_t *ctx, int n);
 /* Frees the communicators and finalises MPI if the context initialised it. */
 void xm_rt_context_destroy(xm_rt_context_t *ctx);
 

@@ -37,6 +37,7 @@
 #include "runtime/driver/train.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <math.h>
 #include <omp.h>
@@ -153,7 +154,7 @@ static int tensor_ok(const xm_rt_program_t *p, int i, int dtype, int64_t min_byt
 
 /* The generated table is trusted by the kernels; check what the driver
  * itself relies on so that a code generator bug is a message, not a crash. */
-static xm_status_t check_program(const xm_rt_program_t *p, const char *prog) {
+static xm_status_t check_program(const xm_rt_program_t *p, const char *prog, FILE *err) {
   const char *why = NULL;
   int64_t in_bytes = p->micro_batch * p->seq_len * 4;
   if (p->vocab <= 0 || p->seq_len <= 0 || p->micro_batch <= 0 || p->grad_accum <= 0)
@@ -175,13 +176,13 @@ static xm_status_t check_program(const xm_rt_program_t *p, const char *prog) {
     int64_t numel = tensor_numel(t);
     if (t->rank < 0 || t->rank > 6 || t->offset < 0 || t->bytes < 0 ||
         t->offset > arena - t->bytes || numel < 0 || numel > t->bytes / 4) {
-      fprintf(stderr, "%s: internal error: tensor %d '%s' does not fit its arena\n", prog, i,
+      fprintf(err, "%s: internal error: tensor %d '%s' does not fit its arena\n", prog, i,
               t->name ? t->name : "?");
       return XM_ERR_INTERNAL;
     }
   }
   if (why) {
-    fprintf(stderr, "%s: internal error: the program's tensor table is inconsistent: %s\n", prog,
+    fprintf(err, "%s: internal error: the program's tensor table is inconsistent: %s\n", prog,
             why);
     return XM_ERR_INTERNAL;
   }
@@ -202,7 +203,7 @@ static int is_dir(const char *path) {
 
 /* DIR/latest names the newest step directory; without it DIR is taken to
  * be a step directory itself. */
-static xm_status_t resolve_checkpoint(const char *dir, const char *prog, char **out) {
+static xm_status_t resolve_checkpoint(const char *dir, const char *prog, FILE *err, char **out) {
   *out = NULL;
   char *latest = path_join(dir, "latest");
   char *text = NULL;
@@ -210,7 +211,7 @@ static xm_status_t resolve_checkpoint(const char *dir, const char *prog, char **
   int rc = xm_read_file(latest, &text, &len);
   if (rc != 0 && rc != ENOENT) {
     char why[160];
-    fprintf(stderr, "%s: error: %s: cannot read: %s\n", prog, latest,
+    fprintf(err, "%s: error: %s: cannot read: %s\n", prog, latest,
             xm_read_error(rc, XM_READ_LIMIT_TEXT, why, sizeof why));
     free(latest);
     return XM_ERR_IO;
@@ -220,7 +221,7 @@ static xm_status_t resolve_checkpoint(const char *dir, const char *prog, char **
     while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
       text[--len] = '\0';
     if (len == 0 || strchr(text, '/')) {
-      fprintf(stderr, "%s: error: %s/latest: expected the name of a step directory, got '%s'\n",
+      fprintf(err, "%s: error: %s/latest: expected the name of a step directory, got '%s'\n",
               prog, dir, text);
       free(text);
       return XM_ERR_INVALID_INPUT;
@@ -232,7 +233,7 @@ static xm_status_t resolve_checkpoint(const char *dir, const char *prog, char **
   }
   if (!*out) return XM_ERR_NO_MEMORY;
   if (!is_dir(*out)) {
-    fprintf(stderr,
+    fprintf(err,
             "%s: error: %s: not a checkpoint directory (no 'latest' file, and not a "
             "directory)\n",
             prog, *out);
@@ -244,23 +245,23 @@ static xm_status_t resolve_checkpoint(const char *dir, const char *prog, char **
 }
 
 /* Flags, program table, data and checkpoint path: everything that can be
- * wrong with the input, checked without MPI. */
-static xm_status_t prepare(trainer_t *t, int argc, char **argv) {
-  XM_RETURN_IF_ERROR(xm_rt_train_parse_flags(argc, argv, t->p, stderr, &t->o));
+ * wrong with the input, checked without MPI. Messages go to `err`. */
+static xm_status_t prepare(trainer_t *t, int argc, char **argv, FILE *err) {
+  XM_RETURN_IF_ERROR(xm_rt_train_parse_flags(argc, argv, t->p, err, &t->o));
   if (t->o.help) return XM_OK;
-  XM_RETURN_IF_ERROR(check_program(t->p, t->prog));
+  XM_RETURN_IF_ERROR(check_program(t->p, t->prog, err));
   xm_diag_t diag;
   xm_diag_init(&diag);
   xm_status_t st =
       xm_rt_data_open(t->o.data, t->p->vocab, t->p->seq_len, t->o.eval_fraction, &diag, &t->data);
-  if (st != XM_OK) xm_diag_print(&diag, stderr);
+  if (st != XM_OK) xm_diag_print(&diag, err);
   for (int i = 0; st == XM_OK && i < diag.count; i++) {
     const xm_diag_entry_t *e = &diag.entries[i];
     xm_diag_add(&t->warnings, e->level, e->file, e->place, "%s", e->message);
   }
   xm_diag_free(&diag);
   XM_RETURN_IF_ERROR(st);
-  if (t->o.resume) XM_RETURN_IF_ERROR(resolve_checkpoint(t->o.resume, t->prog, &t->resume_path));
+  if (t->o.resume) XM_RETURN_IF_ERROR(resolve_checkpoint(t->o.resume, t->prog, err, &t->resume_path));
   return XM_OK;
 }
 
@@ -366,6 +367,8 @@ static xm_status_t setup_exec(trainer_t *t) {
   return XM_OK;
 }
 
+static xm_status_t choose_ranks_per_node(trainer_t *t);
+
 /* The layout the program was compiled for against the world it runs on,
  * then the communicator and, for a sharded program, the full view that
  * checkpoints read and write. Every check here gives the same answer on
@@ -385,6 +388,7 @@ static xm_status_t setup_comm(trainer_t *t) {
               t->ctx.world);
     return XM_ERR_INVALID_INPUT;
   }
+  if (choose_ranks_per_node(t) != XM_OK) return XM_ERR_INVALID_INPUT; /* the same on every rank */
   xm_rt_comm_layout_t layout = {t->dp, t->tp, t->ep, t->ctx.world,
                                 p->ranks_per_node > 0 ? p->ranks_per_node : 0};
   xm_diag_t diag;
@@ -404,6 +408,54 @@ static xm_status_t setup_comm(trainer_t *t) {
   }
   xm_diag_free(&diag);
   return agree(t, st);
+}
+
+/* The node size the ranks run with: --ranks-per-node, else
+ * XM_RANKS_PER_NODE, else what MPI reports; except that a program
+ * compiled for R ranks per node whose ranks all run on one machine
+ * emulates nodes of R there (what the command `xmoec compile` prints does
+ * on one machine), saying so. A real node size other than the compiled one
+ * is an error with the ways out. The same answer on every rank (MPI's
+ * node sizes are agreed on first). */
+static xm_status_t choose_ranks_per_node(trainer_t *t) {
+  const int want = t->p->ranks_per_node, world = t->ctx.world;
+  int flag = (int)t->o.ranks_per_node;
+  if (flag > 0) {
+    if (world % flag != 0) {
+      if (t->ctx.rank == 0)
+        fprintf(stderr, "%s: error: --ranks-per-node %d does not divide the %d ranks\n", t->prog,
+                flag, world);
+      return XM_ERR_INVALID_INPUT;
+    }
+    return xm_rt_context_set_ranks_per_node(&t->ctx, flag);
+  }
+  if (t->ctx.rpn_from_env || want <= 0) return XM_OK;
+  int lo = t->ctx.ranks_per_node, hi = lo;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, t->ctx.world_comm);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, t->ctx.world_comm);
+  if (lo == want && hi == want) return XM_OK;
+  if (lo == world && world % want == 0) {
+    if (t->ctx.rank == 0 && !t->o.quiet)
+      fprintf(stderr,
+              "%s: note: all %d ranks run on one machine: emulating the compiled layout's %d "
+              "nodes of %d ranks (as --ranks-per-node %d)\n",
+              t->prog, world, world / want, want, want);
+    return xm_rt_context_set_ranks_per_node(&t->ctx, want);
+  }
+  char placed[32];
+  if (lo == hi)
+    snprintf(placed, sizeof placed, "%d", lo);
+  else
+    snprintf(placed, sizeof placed, "%d to %d", lo, hi);
+  if (t->ctx.rank == 0)
+    fprintf(stderr,
+            "%s: error: the program was compiled for %d ranks per node, but MPI places %s per "
+            "node: start %d per node (Open MPI: mpirun --map-by ppr:%d:node; Slurm: srun "
+            "--ntasks-per-node=%d), or pass --ranks-per-node %d to treat every %d consecutive "
+            "ranks as a node, or compile for the machines' layout (xmoec compile "
+            "--ranks-per-node)\n",
+            t->prog, want, placed, want, want, want, want, want);
+  return XM_ERR_INVALID_INPUT;
 }
 
 /* --comm: the transport of the collectives (runtime/comm/transport.h), for
@@ -923,9 +975,9 @@ static void print_summary(const trainer_t *t, int64_t first) {
   } else if (!t->o.quiet) {
     char el[32];
     xm_rt_format_duration(t->elapsed, el, sizeof el);
-    printf("trained %" PRId64 " steps (to step %" PRId64 "): final loss %.6f (ce %.6f, aux %.6f), "
-           "%.0f tokens/s, %s elapsed",
-           steps, t->step, t->last_loss, t->last_ce, t->last_loss - t->last_ce, t->tokens_per_s,
+    printf("trained %" PRId64 " step%s (to step %" PRId64 "): final loss %.6f (ce %.6f, aux "
+           "%.6f), %.0f tokens/s, %s elapsed",
+           steps, steps == 1 ? "" : "s", t->step, t->last_loss, t->last_ce, t->last_loss - t->last_ce, t->tokens_per_s,
            el);
     if (t->eval_batches) printf(", eval loss %.6f", t->eval_loss);
     if (t->last_ckpt) printf(", checkpoint %s", t->last_ckpt);
@@ -1013,6 +1065,33 @@ static void cleanup(trainer_t *t) {
   if (t->have_ctx) xm_rt_context_destroy(&t->ctx);
 }
 
+/* The input checks of every rank agreed on: the worst status wins, and the
+ * lowest rank that failed prints its messages, each line prefixed with its
+ * rank when there are several ranks. */
+static xm_status_t agree_on_input(trainer_t *t, xm_status_t st, const char *msgs) {
+  int mine = st != XM_OK ? t->ctx.rank : INT_MAX, first = mine;
+  int worst = (int)st;
+  if (t->ctx.world > 1) {
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, t->ctx.world_comm);
+    MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, t->ctx.world_comm);
+  }
+  if (first == INT_MAX) return XM_OK;
+  if (t->ctx.rank == first && msgs) {
+    if (t->ctx.world == 1) {
+      fputs(msgs, stderr);
+    } else {
+      for (const char *line = msgs; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        fprintf(stderr, "[rank %d] %.*s\n", first, (int)n, line);
+        line += n + (nl ? 1 : 0);
+      }
+    }
+    fflush(stderr);
+  }
+  return (xm_status_t)worst;
+}
+
 int xm_rt_train_main(int argc, char **argv, const xm_rt_program_t *program) {
   maybe_reexec(argv);
   trainer_t t;
@@ -1022,14 +1101,28 @@ int xm_rt_train_main(int argc, char **argv, const xm_rt_program_t *program) {
   t.prog = slash ? slash + 1 : (argv && argv[0] ? argv[0] : "train");
   t.last_saved = -1;
   xm_diag_init(&t.warnings);
-  xm_status_t st = prepare(&t, argc, argv);
+  /* What is wrong with the input is the same on every rank as a rule: the
+   * messages are kept, and once MPI runs, only the lowest rank that failed
+   * prints them (one copy, not one per rank interleaved). */
+  char *msgs = NULL;
+  size_t msgs_len = 0;
+  FILE *err = open_memstream(&msgs, &msgs_len);
+  xm_status_t st = prepare(&t, argc, argv, err ? err : stderr);
+  if (err) fclose(err);
   if (st == XM_OK && t.o.help) {
     xm_rt_train_print_usage(stdout, t.prog, program);
-  } else if (st == XM_OK) {
-    st = xm_rt_context_create(&argc, &argv, &t.ctx);
-    t.have_ctx = st == XM_OK;
-    if (st == XM_OK) st = run(&t);
+  } else {
+    xm_status_t cs = xm_rt_context_create(&argc, &argv, &t.ctx);
+    t.have_ctx = cs == XM_OK;
+    if (cs != XM_OK) {
+      if (msgs_len) fputs(msgs, stderr);
+      if (st == XM_OK) st = cs;
+    } else {
+      st = agree_on_input(&t, st, msgs);
+      if (st == XM_OK) st = run(&t);
+    }
   }
+  free(msgs);
   cleanup(&t);
   return xm_status_exit_code(st);
 }

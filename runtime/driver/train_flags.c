@@ -43,6 +43,7 @@ typedef enum {
   F_EVAL_FRACTION,
   F_PROGRESS,
   F_COMM,
+  F_RANKS_PER_NODE,
   F_QUIET,
   F_HELP,
   F_COUNT_
@@ -88,6 +89,9 @@ static const flag_info_t k_flags[F_COUNT_] = {
     [F_PROGRESS] = {"--progress", 1, "WHEN", "auto, always or never: live progress line"},
     [F_COMM] = {"--comm", 1, "HOW",
                 "how collectives move GPU memory: auto, nccl, mpi or host (docs/train.md)"},
+    [F_RANKS_PER_NODE] = {"--ranks-per-node", 1, "N",
+                          "treat every N consecutive ranks as one node (emulated nodes on one "
+                          "machine; default: the machines MPI reports, or XM_RANKS_PER_NODE)"},
     [F_QUIET] = {"--quiet", 0, NULL, "no progress and no text summary (errors still print)"},
     [F_HELP] = {"--help", 0, NULL, "print this help and exit"},
 };
@@ -208,6 +212,9 @@ static int set_value(xm_rt_train_opts_t *o, flag_id_t id, const char *v, const c
     *expected = "auto, always or never";
     return parse_choice(v, progress, 3, &o->progress);
   case F_COMM: *expected = "auto, nccl, mpi or host"; return parse_choice(v, comm, 4, &o->comm);
+  case F_RANKS_PER_NODE:
+    *expected = "a positive integer that divides the number of ranks";
+    return parse_int(v, 1, &o->ranks_per_node);
   default: return 0;
   }
 }
@@ -390,6 +397,31 @@ void xm_rt_train_print_usage(FILE *out, const char *prog, const xm_rt_program_t 
              k_flags[i].value ? k_flags[i].value : "");
     fprintf(out, "  %-22s %s\n", left, k_flags[i].help);
   }
+  int64_t dp = program->dp > 0 ? program->dp : 1, tp = program->tp > 0 ? program->tp : 1;
+  int64_t ep = program->ep > 0 ? program->ep : 1;
+  fprintf(out, "\nCompiled for dp %" PRId64 " x tp %" PRId64 " = %" PRId64 " rank%s (ep %" PRId64
+               "%s%s%s)",
+          dp, tp, dp * tp, dp * tp == 1 ? "" : "s", ep, program->ssmb ? ", ssmb" : "",
+          program->rbd ? ", rbd" : "", program->zero ? ", zero1" : "");
+  if (program->ranks_per_node > 0) fprintf(out, ", %d per node", program->ranks_per_node);
+  if (dp * tp > 1)
+    fprintf(out, ": start it with mpirun -np %" PRId64 " (or srun -n %" PRId64 ")", dp * tp,
+            dp * tp);
+  fprintf(out,
+          ".\n\nEnvironment:\n"
+          "  XM_RANKS_PER_NODE=N    the same as --ranks-per-node N\n"
+          "  XM_NCCL_LIBRARY=PATH   the NCCL/RCCL library --comm nccl loads (default "
+          "libnccl.so.2 / librccl.so.1)\n"
+          "  OMP_NUM_THREADS=N      threads per rank (default: the cores of the machine divided "
+          "among its ranks)\n"
+          "  OMP_WAIT_POLICY, GOMP_SPINCOUNT, KMP_BLOCKTIME  OpenMP's spin-wait (default: a "
+          "short spin)\n"
+          "  OPENBLAS_CORETYPE=T    OpenBLAS's kernels (default: SkylakeX where the CPU has "
+          "AVX-512)\n"
+          "  XM_NO_REEXEC=1         do not re-execute to apply the two defaults above\n"
+          "  XM_CKPT_SHARD_BYTES=N, XM_CKPT_RENAME_EXCHANGE=0  checkpoint shard size and the "
+          "save's exchange step (docs/checkpoints.md)\n"
+          "  XM_EMU_SCHEDULE, XM_FAULT  tests only (the emulated GPU, fault injection)\n");
   fprintf(out, "\nExit codes: 0 success, 1 runtime failure, 2 bad flags or data. "
                "See docs/train.md.\n");
 }

@@ -46,6 +46,7 @@ typedef struct {
   double eval_fraction;
   int progress; /* xm_rt_progress_mode_t */
   int comm;     /* --comm: xm_rt_comm_mode_t (runtime/comm/transport.h), 0 auto */
+  int64_t ranks_per_node; /* --ranks-per-node: emulated node size, 0 not given */
   int quiet;
   int help;
 } xm_rt_train_opts_t;
