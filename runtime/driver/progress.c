@@ -63,7 +63,7 @@ xm_status_t xm_rt_progress_open_log(xm_rt_progress_t *p, const char *path, int a
   return XM_OK;
 }
 
-static void write_log(FILE *log, const xm_rt_step_report_t *r) {
+static int write_log(FILE *log, const xm_rt_step_report_t *r) {
   xm_strbuf_t b;
   xm_strbuf_init(&b);
   xm_strbuf_printf(&b, "{\"step\":%" PRId64 ",\"loss\":", r->step);
@@ -82,16 +82,19 @@ static void write_log(FILE *log, const xm_rt_step_report_t *r) {
   xm_rt_put_json_number(&b, r->elapsed_s);
   if (r->traffic && r->traffic[0]) xm_strbuf_printf(&b, ",%s", r->traffic);
   xm_strbuf_puts(&b, "}\n");
-  fputs(xm_strbuf_cstr(&b), log);
-  fflush(log);
+  errno = 0;
+  int bad = fputs(xm_strbuf_cstr(&b), log) == EOF;
+  bad |= fflush(log) != 0;
+  bad |= ferror(log) != 0;
   xm_strbuf_free(&b);
+  return bad ? (errno ? errno : EIO) : 0;
 }
 
-void xm_rt_progress_step(xm_rt_progress_t *p, const xm_rt_step_report_t *r) {
-  if (p->log) write_log(p->log, r);
-  if (!p->print) return;
+int xm_rt_progress_step(xm_rt_progress_t *p, const xm_rt_step_report_t *r) {
+  int err = p->log ? write_log(p->log, r) : 0;
+  if (!p->print) return err;
   int last = r->step == p->last_step;
-  if (!p->live && !last && (r->step - p->first_step + 1) % p->every != 0) return;
+  if (!p->live && !last && (r->step - p->first_step + 1) % p->every != 0) return err;
   int64_t done = r->step - p->first_step + 1, left = p->last_step - r->step;
   char elapsed[32], eta[32];
   xm_rt_format_duration(r->elapsed_s, elapsed, sizeof elapsed);
@@ -109,11 +112,14 @@ void xm_rt_progress_step(xm_rt_progress_t *p, const xm_rt_step_report_t *r) {
     fprintf(p->out, "%s\n", line);
   }
   fflush(p->out);
+  return err;
 }
 
-void xm_rt_progress_finish(xm_rt_progress_t *p) {
+int xm_rt_progress_finish(xm_rt_progress_t *p) {
   if (p->dirty) fputc('\n', p->out);
   p->dirty = 0;
-  if (p->log) fclose(p->log);
+  int err = 0;
+  if (p->log && fclose(p->log) != 0) err = errno ? errno : EIO;
   p->log = NULL;
+  return err;
 }

@@ -46,9 +46,13 @@ void xm_rt_progress_init(xm_rt_progress_t *p, int rank, int mode, int quiet, int
  * run continues). */
 xm_status_t xm_rt_progress_open_log(xm_rt_progress_t *p, const char *path, int append,
                                     xm_diag_t *diag);
-void xm_rt_progress_step(xm_rt_progress_t *p, const xm_rt_step_report_t *r);
-/* Ends a live line and closes the log. */
-void xm_rt_progress_finish(xm_rt_progress_t *p);
+/* Reports a step (the log line, the progress line). Returns 0, or the
+ * errno of a failed write of the log (a full disk, a file-size limit): the
+ * caller ends the run. */
+int xm_rt_progress_step(xm_rt_progress_t *p, const xm_rt_step_report_t *r);
+/* Ends a live line and closes the log; returns 0 or the errno of a failed
+ * close (the last lines did not reach the disk). */
+int xm_rt_progress_finish(xm_rt_progress_t *p);
 
 /* Seconds on a monotonic clock. */
 double xm_rt_now(void);

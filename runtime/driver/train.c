@@ -37,6 +37,8 @@
 #include "runtime/driver/train.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <inttypes.h>
 #include <math.h>
@@ -523,6 +525,32 @@ static xm_status_t mkdir_p(const char *path, const char *prog) {
   return XM_OK;
 }
 
+/* --ckpt-dir before the first step: created if missing, and a file made
+ * and removed in it, so that a run never trains for hours to fail at its
+ * first save. Rank 0 checks; the answer is agreed on. */
+static xm_status_t check_ckpt_dir(trainer_t *t) {
+  if (!t->o.ckpt_dir) return XM_OK;
+  xm_status_t st = XM_OK;
+  if (t->ctx.rank == 0) {
+    st = mkdir_p(t->o.ckpt_dir, t->prog);
+    if (st == XM_OK) {
+      char *probe = path_join(t->o.ckpt_dir, ".xmoec-write-test");
+      int fd = probe ? open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+      int bad = fd < 0 || write(fd, "x", 1) != 1;
+      int err = bad ? errno : 0;
+      if (fd >= 0 && close(fd) != 0 && !bad) bad = 1, err = errno;
+      if (probe) unlink(probe);
+      free(probe);
+      if (bad) {
+        fprintf(stderr, "%s: error: %s: cannot write checkpoints there: %s\n", t->prog,
+                t->o.ckpt_dir, strerror(err ? err : EIO));
+        st = XM_ERR_IO;
+      }
+    }
+  }
+  return agree(t, st);
+}
+
 /* DIR/latest is replaced atomically (write a temporary file, sync, rename)
  * so a reader sees either the old or the new name, never half of one. */
 static xm_status_t write_latest(const char *dir, const char *name, const char *prog) {
@@ -885,6 +913,7 @@ static xm_status_t train_loop(trainer_t *t) {
     xm_diag_free(&diag);
   }
   XM_RETURN_IF_ERROR(agree(t, st));
+  XM_RETURN_IF_ERROR(check_ckpt_dir(t));
   FILE *matrix = NULL, *trace = NULL;
   st = open_traffic(t, &matrix);
   if (st == XM_OK) st = open_trace(t, first, &trace);
@@ -918,11 +947,25 @@ static xm_status_t train_loop(trainer_t *t) {
                              .tokens_per_s = t->tokens_per_s,
                              .elapsed_s = t->elapsed,
                              .traffic = t->last_traffic};
-    xm_rt_progress_step(&pr, &r);
+    int werr = xm_rt_progress_step(&pr, &r);
+    if (werr)
+      fprintf(stderr, "%s: error: %s: cannot write the log: %s\n", t->prog, t->o.log,
+              strerror(werr));
+    int merr = matrix && (fflush(matrix) != 0 || ferror(matrix)) ? (errno ? errno : EIO) : 0;
+    if (merr)
+      fprintf(stderr, "%s: error: %s: cannot write the traffic file: %s\n", t->prog,
+              t->o.traffic, strerror(merr));
+    xm_status_t wst = agree(t, werr || merr ? XM_ERR_IO : XM_OK); /* rank 0 writes them */
+    if (st == XM_OK) st = wst;
     if (st == XM_OK && t->o.save_every && s % t->o.save_every == 0) st = save_checkpoint(t);
   }
   if (st == XM_OK && t->o.ckpt_dir && t->last_saved != t->step) st = save_checkpoint(t);
-  xm_rt_progress_finish(&pr);
+  int ferr = xm_rt_progress_finish(&pr);
+  if (ferr)
+    fprintf(stderr, "%s: error: %s: cannot write the log: %s\n", t->prog, t->o.log,
+            strerror(ferr));
+  xm_status_t fst = agree(t, ferr ? XM_ERR_IO : XM_OK);
+  if (st == XM_OK) st = fst;
   if (st == XM_OK && t->trace) {
     st = finish_trace(t, trace);
     trace = NULL;
@@ -938,8 +981,22 @@ static xm_status_t train_loop(trainer_t *t) {
   return st != XM_OK ? st : closed;
 }
 
-static void print_summary(const trainer_t *t, int64_t first) {
-  if (t->ctx.rank != 0) return;
+static void write_summary(const trainer_t *t, int64_t first);
+
+/* The summary on stdout (rank 0); a failed write (stdout a full disk, a
+ * closed pipe) is an error, agreed on. */
+static xm_status_t print_summary(const trainer_t *t, int64_t first) {
+  xm_status_t st = XM_OK;
+  if (t->ctx.rank == 0) write_summary(t, first);
+  if (t->ctx.rank == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
+    fprintf(stderr, "%s: error: cannot write the summary to stdout: %s\n", t->prog,
+            strerror(errno ? errno : EIO));
+    st = XM_ERR_IO;
+  }
+  return agree(t, st);
+}
+
+static void write_summary(const trainer_t *t, int64_t first) {
   int64_t steps = t->step - first + 1;
   if (steps < 0) steps = 0;
   int64_t tokens = steps * t->p->grad_accum * t->p->micro_batch * t->p->seq_len * t->dp;
@@ -1023,7 +1080,13 @@ static xm_status_t run(trainer_t *t) {
   if (t->o.eval) {
     XM_RETURN_IF_ERROR(run_eval(t, t->o.batches));
     print_eval(t);
-    return XM_OK;
+    xm_status_t st = XM_OK;
+    if (t->ctx.rank == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
+      fprintf(stderr, "%s: error: cannot write the evaluation to stdout: %s\n", t->prog,
+              strerror(errno ? errno : EIO));
+      st = XM_ERR_IO;
+    }
+    return agree(t, st);
   }
   print_banner(t, threads);
   int64_t first = t->step + 1;
@@ -1033,8 +1096,7 @@ static xm_status_t run(trainer_t *t) {
             t->prog, t->step, t->o.steps);
   XM_RETURN_IF_ERROR(train_loop(t));
   if (t->o.batches) XM_RETURN_IF_ERROR(run_eval(t, t->o.batches));
-  print_summary(t, first);
-  return XM_OK;
+  return print_summary(t, first);
 }
 
 static void cleanup(trainer_t *t) {
@@ -1093,6 +1155,9 @@ static xm_status_t agree_on_input(trainer_t *t, xm_status_t st, const char *msgs
 }
 
 int xm_rt_train_main(int argc, char **argv, const xm_rt_program_t *program) {
+  /* A file-size limit (ulimit -f) makes writes fail with EFBIG, reported
+   * like any write error, instead of killing the program with SIGXFSZ. */
+  signal(SIGXFSZ, SIG_IGN);
   maybe_reexec(argv);
   trainer_t t;
   memset(&t, 0, sizeof t);

@@ -12,7 +12,10 @@
 # FIFO (must not be waited on), a character device (/dev/zero, endless),
 # a sparse file over the size limit. Changing inputs: a token file truncated
 # while training runs, and one rewritten in place with ids outside the
-# vocabulary and its modification time put back.
+# vocabulary and its modification time put back. Outputs: stdout, the log,
+# the traffic and trace files on a full disk (/dev/full), an unwritable
+# --ckpt-dir found before the first step, a checkpoint save over the
+# file-size limit (the previous checkpoint survives).
 set -uo pipefail
 src="${XM_SOURCE_DIR:?}"
 bin="${XM_BINARY_DIR:?}"
@@ -151,6 +154,47 @@ EOF
 }
 change_during_run "data truncated during training" truncate
 change_during_run "data rewritten in place during training" rewrite
+
+# Outputs: every write checked, a failed one ends the program with a
+# message and a non-zero exit code (never 0, never a signal), and output
+# paths are checked before the first step.
+expect "xmoec check >/dev/full" 1 "cannot write to stdout: No space left" \
+  bash -c "'$xmoec' check '$src/samples/tiny.json' >/dev/full"
+expect "xmoec compile -o unwritable" 2 "/proc/xmoec-nope" \
+  "$xmoec" compile "$src/samples/tiny.json" -o /proc/xmoec-nope/out --no-build
+expect "train --log /dev/full" 2 "/dev/full: cannot write the log: No space left" \
+  "${train[@]}" --data tokens.tok --log /dev/full
+expect "train --json >/dev/full" 2 "cannot write the summary to stdout" \
+  bash -c "out/train --data tokens.tok --steps 1 --progress never --quiet --json >/dev/full"
+"$xmoec" compile "$src/samples/tiny.json" -o out2 --dp 2 --ep 2 >/dev/null 2>&1 ||
+  { echo "FAIL: compile tiny for 2 ranks"; exit 1; }
+expect "train --traffic /dev/full (2 ranks)" 2 "/dev/full: cannot write the traffic file" \
+  mpirun --oversubscribe -np 2 out2/train --data tokens.tok --steps 1 --progress never --quiet \
+  --traffic /dev/full
+expect "train --trace /dev/full" 2 "/dev/full: cannot write the trace" \
+  "${train[@]}" --data tokens.tok --trace /dev/full
+expect "train --ckpt-dir unwritable, before the first step" 2 \
+  "/proc/xmoec-nope: cannot create the directory" \
+  out/train --data tokens.tok --steps 3 --progress never --log early.jsonl \
+  --ckpt-dir /proc/xmoec-nope/ck
+if [[ -s early.jsonl ]]; then
+  echo "FAIL --ckpt-dir unwritable: steps were trained before the error"
+  fails=$((fails + 1))
+fi
+# A checkpoint save over the file-size limit (ulimit -f, 20 MB): exit 2 with
+# the message, no SIGXFSZ, and the previous checkpoint survives as latest.
+out/train --data tokens.tok --steps 1 --progress never --quiet --ckpt-dir ck_keep >/dev/null 2>&1 ||
+  { echo "FAIL: the checkpoint to keep"; fails=$((fails + 1)); }
+expect "save over the file-size limit" 2 "write failed: File too large" \
+  bash -c "ulimit -f 20000; out/train --data tokens.tok --steps 2 --progress never --quiet \
+    --resume ck_keep --ckpt-dir ck_keep"
+if [[ "$(cat ck_keep/latest 2>/dev/null)" != step-000001 ]] || ls -d ck_keep/*.tmp* >/dev/null 2>&1; then
+  echo "FAIL the previous checkpoint: latest is '$(cat ck_keep/latest 2>/dev/null)', left: $(ls ck_keep)"
+  fails=$((fails + 1))
+else
+  expect "the previous checkpoint resumes" 0 "nothing to train" \
+    out/train --data tokens.tok --steps 1 --progress never --resume ck_keep
+fi
 
 if [[ $fails -ne 0 ]]; then
   echo "$fails case(s) failed"

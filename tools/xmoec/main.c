@@ -1,5 +1,7 @@
 /* tools/xmoec/main.c — the xmoec driver: dispatches to a subcommand. */
 #include <stdio.h>
+#include <signal.h>
+#include <errno.h>
 #include <string.h>
 
 #include "tools/xmoec/commands.h"
@@ -40,9 +42,19 @@ int main(int argc, char **argv) {
     printf("xmoec 0.1.0\n");
     return 0;
   }
+  /* A file-size limit makes writes fail (reported) instead of killing us. */
+  signal(SIGXFSZ, SIG_IGN);
   for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
-    if (strcmp(argv[1], k_commands[i].name) == 0)
-      return k_commands[i].run(argc - 2, argv + 2);
+    if (strcmp(argv[1], k_commands[i].name) == 0) {
+      int rc = k_commands[i].run(argc - 2, argv + 2);
+      /* What went to stdout must have arrived (a full disk, a closed pipe). */
+      if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "xmoec %s: error: cannot write to stdout: %s\n", argv[1],
+                strerror(errno ? errno : EIO));
+        return rc ? rc : 1;
+      }
+      return rc;
+    }
   fprintf(stderr, "xmoec: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;
