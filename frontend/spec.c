@@ -314,6 +314,23 @@ static cJSON *parse_json(const char *text, size_t len, const char *source, xm_di
     ERR("", "the document contains a NUL byte at offset %zu", (size_t)(nul - text));
     return NULL;
   }
+  /* JSON text is UTF-8 (RFC 8259): anything else would reach config.json
+   * and the names of the outputs, which other tools then cannot read. */
+  long long bad = xm_utf8_bad_at(text, len, NULL);
+  if (bad >= 0) {
+    int line = 1, col = 1;
+    for (long long i = 0; i < bad; i++) {
+      if (text[i] == '\n')
+        line++, col = 1;
+      else
+        col++;
+    }
+    char place[48];
+    snprintf(place, sizeof place, "%d:%d", line, col);
+    ERR(place, "byte 0x%02x at offset %lld is not valid UTF-8 (a JSON document must be UTF-8)",
+        (unsigned char)text[bad], bad);
+    return NULL;
+  }
   /* cJSON wants the terminator inside the length to check for trailing text. */
   char *buf = malloc(len + 1);
   XM_ASSERT(buf != NULL);
@@ -408,8 +425,28 @@ static void load_xmoec(const cJSON *root, const char *source, xm_diag_t *diag, x
   check_semantics(out, source, diag);
 }
 
+/* Every object of a Hugging Face config, at any depth, has distinct keys,
+ * as our own specs must (the first and the later value would disagree on
+ * what the model is). */
+static void check_duplicate_keys(const cJSON *obj, const char *ptr, const char *source,
+                                 xm_diag_t *diag) {
+  for (const cJSON *a = obj->child; a; a = a->next) {
+    char here[256];
+    snprintf(here, sizeof here, "%s/%s", ptr, a->string ? a->string : "");
+    if (cJSON_IsObject(obj) && a->string)
+      for (const cJSON *b = obj->child; b != a; b = b->next)
+        if (b->string && strcmp(a->string, b->string) == 0) {
+          ERR(here, "duplicate key \"%s\"", a->string);
+          break;
+        }
+    if (cJSON_IsObject(a) || cJSON_IsArray(a)) check_duplicate_keys(a, here, source, diag);
+  }
+}
+
 static void load_hf(const cJSON *root, const char *source, xm_diag_t *diag, xm_spec_t *out) {
   int before = xm_diag_error_count(diag);
+  check_duplicate_keys(root, "", source, diag);
+  if (xm_diag_error_count(diag) != before) return;
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
   snprintf(out->model_type, sizeof out->model_type, "%s", mt->valuestring);
   default_name(source, out->name, sizeof out->name);

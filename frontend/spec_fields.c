@@ -127,12 +127,12 @@ static const xm_spec_field_t kFields[] = {
      0, 0, 0, NULL, "cluster name"},
     INT(C, cluster, nodes, 1, 1, P2(20), REQ, "nodes"),
     INT(C, cluster, ranks_per_node, 1, 1, 1024, REQ, "ranks (devices) per node"),
-    FLT(C, cluster, device_memory_gib, 0, 0, 1e5, REQ | GT, "memory per device, GiB"),
-    FLT(C, cluster, peak_tflops, 0, 0, 1e6, REQ | GT, "dense peak per device, TFLOP/s"),
-    FLT(C, cluster, gemm_efficiency, 0.5, 0, 1, GT, "fraction of peak GEMMs reach"),
-    FLT(C, cluster, intra_bw_gbps, 100, 0, 1e6, GT, "GB/s per rank inside a node"),
+    FLT(C, cluster, device_memory_gib, 0, 0.0625, 1e5, REQ, "memory per device, GiB"),
+    FLT(C, cluster, peak_tflops, 0, 0.001, 1e6, REQ, "dense peak per device, TFLOP/s"),
+    FLT(C, cluster, gemm_efficiency, 0.5, 0.01, 1, 0, "fraction of peak GEMMs reach"),
+    FLT(C, cluster, intra_bw_gbps, 100, 0.001, 1e6, 0, "GB/s per rank inside a node"),
     FLT(C, cluster, intra_latency_us, 2, 0, 1e6, 0, "latency inside a node, us"),
-    FLT(C, cluster, inter_bw_gbps, 12.5, 0, 1e6, GT, "GB/s per rank across nodes"),
+    FLT(C, cluster, inter_bw_gbps, 12.5, 0.001, 1e6, 0, "GB/s per rank across nodes"),
     FLT(C, cluster, inter_latency_us, 5, 0, 1e6, 0, "latency across nodes, us"),
     ENUM(C, cluster, topology, XM_TOPO_FAT_TREE, kTopology, 0, "inter-node network"),
     {C, "gpu_arch", XM_FIELD_STRING, offsetof(xm_spec_t, cluster.gpu_arch),
@@ -325,8 +325,19 @@ static bool read_enum(const xm_spec_field_t *f, const cJSON *v, const char *ptr,
 
 static bool read_string(const xm_spec_field_t *f, const cJSON *v, const char *ptr,
                         const char *source, xm_diag_t *diag, xm_spec_t *spec) {
-  if (f->flags & XM_FIELD_NO_STORE) return true;
   size_t n = strlen(v->valuestring);
+  /* Text without control characters (a description may have line breaks):
+   * names end up in file names, config.json and messages. */
+  const char *allowed = strcmp(f->key, "description") == 0 ? "\t\n\r" : "";
+  long long bad = xm_utf8_bad_at(v->valuestring, n, allowed);
+  if (bad >= 0) {
+    xm_diag_add(diag, XM_DIAG_ERROR, source, ptr,
+                "byte %lld (0x%02x) is a control character or not valid UTF-8: the value must be "
+                "printable text",
+                bad, (unsigned char)v->valuestring[bad]);
+    return false;
+  }
+  if (f->flags & XM_FIELD_NO_STORE) return true;
   if (n >= f->size) {
     xm_diag_add(diag, XM_DIAG_ERROR, source, ptr, "string of %zu bytes is too long (at most %zu)",
                 n, f->size - 1);

@@ -190,6 +190,33 @@ const char *xm_read_error(int err, size_t limit, char *buf, size_t n) {
   return buf;
 }
 
+long long xm_utf8_bad_at(const char *text, size_t n, const char *allowed) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    if (c < 0x80) {
+      if ((c < 0x20 || c == 0x7f) && allowed && (c == 0 || !strchr(allowed, (int)c)))
+        return (long long)i;
+      i++;
+      continue;
+    }
+    size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
+    if (len == 0 || i + len > n) return (long long)i;
+    for (size_t j = 1; j < len; j++)
+      if ((p[i + j] & 0xc0) != 0x80) return (long long)i;
+    /* overlong forms, surrogates and code points past U+10FFFF */
+    if ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] > 0x9f) ||
+        (c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] > 0x8f))
+      return (long long)i;
+    i += len;
+  }
+  return -1;
+}
+
 int xm_edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
   if (la > 256 || lb > 256) return (int)(la > lb ? la : lb);

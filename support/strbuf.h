@@ -64,6 +64,13 @@ int xm_read_stream_limit(FILE *f, size_t limit, char **out_data, size_t *out_len
  * <this>"); the limit is the one the read was given. Returns buf. */
 const char *xm_read_error(int err, size_t limit, char *buf, size_t n);
 
+/* The offset of the first byte of p[0..n) that is not valid UTF-8 (an
+ * invalid or overlong sequence, a surrogate, a code point past U+10FFFF, a
+ * sequence cut by the end) or is a control character (below 0x20, or 0x7f)
+ * missing from `allowed` ("" allows none, NULL allows every one); -1 when
+ * there is none. */
+long long xm_utf8_bad_at(const char *p, size_t n, const char *allowed);
+
 /* Levenshtein edit distance, for "did you mean" suggestions. */
 int xm_edit_distance(const char *a, const char *b);
 

@@ -13,8 +13,8 @@ static xm_status_t ranks_per_node_from_env(int world, int shared_size, int *out)
     return XM_OK;
   }
   char *end = NULL;
-  long v = strtol(env, &end, 10);
-  if (*end != '\0' || v <= 0 || v > world || world % v != 0) {
+  long v = env[0] >= '1' && env[0] <= '9' ? strtol(env, &end, 10) : 0; /* decimal, nothing else */
+  if (v <= 0 || *end != '\0' || v > world || world % v != 0) {
     fprintf(stderr,
             "xmoec: XM_RANKS_PER_NODE=%s: must be a positive divisor of the "
             "world size %d\n", env, world);

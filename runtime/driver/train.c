@@ -37,6 +37,8 @@
 #include "runtime/driver/train.h"
 
 #include <errno.h>
+#include <time.h>
+#include <pthread.h>
 #include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -93,7 +95,21 @@ typedef struct {
   int sharded;                /* the program has split or chunked tensors */
   char *last_traffic;         /* owned: the last step's "traffic":{...} member */
   xm_rt_trace_t *trace;       /* owned: the --trace recorder, or NULL */
+  /* The watchdog (--timeout): the time of the last sign of progress, in
+   * milliseconds of xm_rt_now, and where the run was then. */
+  _Atomic long long beat_ms, beat_step, beat_micro;
+  _Atomic int watch_stop;
+  pthread_t watchdog;
+  int watching;
 } trainer_t;
+
+/* A sign of progress for the watchdog: step s, micro-batch m (-1: the
+ * optimizer step, -2: a checkpoint, -3: evaluation). */
+static void beat(trainer_t *t, int64_t s, int64_t m) {
+  t->beat_step = s;
+  t->beat_micro = m;
+  t->beat_ms = (long long)(xm_rt_now() * 1000.0);
+}
 
 /* ---- before MPI ----------------------------------------------------------- */
 
@@ -575,6 +591,7 @@ static void fill_train_state(const trainer_t *t, xm_rt_train_state_t *st) {
 }
 
 static xm_status_t save_checkpoint(trainer_t *t) {
+  beat(t, t->step, -2);
   const char *dir = t->o.ckpt_dir;
   xm_status_t st = t->ctx.rank == 0 ? mkdir_p(dir, t->prog) : XM_OK;
   XM_RETURN_IF_ERROR(agree(t, st));
@@ -720,6 +737,7 @@ static xm_status_t run_eval(trainer_t *t, int64_t requested) {
   for (int64_t r = 0; r < rounds; r++) {
     int64_t b = r * t->dp + t->dp_index;
     fill_inputs(t, 1, (b < n ? b : b % n) * mb);
+    beat(t, t->step, -3);
     p->micro(&t->x);
     if (b < n) {
       sums[0] += t->x.host_ce_loss; /* the micro function's host_read */
@@ -777,6 +795,7 @@ static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double 
   double sum = 0.0, sum_ce = 0.0;
   int64_t mine = t->data_pos + (int64_t)t->dp_index * p->grad_accum * p->micro_batch;
   for (int64_t m = 0; m < p->grad_accum; m++) {
+    beat(t, s, m);
     fill_inputs(t, 0, mine + m * p->micro_batch);
     if (t->x.trace) xm_rt_trace_set(t->x.trace, s, (int)m);
     t->x.last_micro = m == p->grad_accum - 1; /* the overlapped reductions run then */
@@ -799,7 +818,9 @@ static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double 
   t->x.weight_decay = (float)t->o.weight_decay;
   t->x.grad_clip = (float)t->o.clip;
   if (t->x.trace) xm_rt_trace_set(t->x.trace, s, -1);
+  beat(t, s, -1);
   p->step(&t->x);
+  beat(t, s, -1);
 }
 
 /* Opens the --traffic file on rank 0 (appended to when resuming, like the
@@ -1067,6 +1088,55 @@ static void print_banner(const trainer_t *t, int threads) {
     fprintf(stderr, "%s: resuming from %s at step %" PRId64 "\n", t->prog, t->resume_path, t->step);
 }
 
+/* --timeout: a rank that stops responding (a stopped process, a hung
+ * device, a collective some member never joins) would leave the others
+ * waiting in a collective forever. The watchdog thread of every rank ends
+ * the run when there has been no sign of progress (a micro-batch, an
+ * optimizer step, a checkpoint, an evaluation batch) for that long, with
+ * where the rank was; ranks wait a second more per rank index (up to 10)
+ * so the lowest one that is alive speaks first and its exit ends the job. */
+static void *watchdog_main(void *arg) {
+  trainer_t *t = arg;
+  long long limit_ms = (long long)t->o.timeout * 1000 + (t->ctx.rank < 10 ? t->ctx.rank : 10) * 1000;
+  while (!t->watch_stop) {
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    long long idle = (long long)(xm_rt_now() * 1000.0) - t->beat_ms;
+    if (t->watch_stop || idle <= limit_ms) continue;
+    char where[64];
+    long long m = t->beat_micro;
+    if (m >= 0)
+      snprintf(where, sizeof where, "micro-batch %lld of step %lld", m + 1, t->beat_step + 0);
+    else
+      snprintf(where, sizeof where, "%s of step %lld",
+               m == -1 ? "the optimizer" : m == -2 ? "the checkpoint" : "the evaluation",
+               t->beat_step + 0);
+    char msg[400];
+    int n = snprintf(msg, sizeof msg,
+                     "xmoec: rank %d: no progress for %lld s in %s: another rank stopped "
+                     "responding or a collective is stuck; ending the run (--timeout %lld)\n",
+                     t->ctx.rank, idle / 1000, where, (long long)t->o.timeout);
+    ssize_t w = write(2, msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    (void)w;
+    _exit(1);
+  }
+  return NULL;
+}
+
+static void watchdog_start(trainer_t *t) {
+  beat(t, t->step, -1);
+  if (t->o.timeout <= 0 || t->ctx.world == 1) return; /* one rank waits for no one */
+  t->watch_stop = 0;
+  t->watching = pthread_create(&t->watchdog, NULL, watchdog_main, t) == 0;
+}
+
+static void watchdog_stop(trainer_t *t) {
+  if (!t->watching) return;
+  t->watch_stop = 1;
+  pthread_join(t->watchdog, NULL);
+  t->watching = 0;
+}
+
 static xm_status_t run(trainer_t *t) {
   int threads = 1;
   XM_RETURN_IF_ERROR(agree(t, setup_backend(t, &threads)));
@@ -1078,7 +1148,10 @@ static xm_status_t run(trainer_t *t) {
   XM_RETURN_IF_ERROR(init_params(t));
   if (t->resume_path) XM_RETURN_IF_ERROR(load_checkpoint(t));
   if (t->o.eval) {
-    XM_RETURN_IF_ERROR(run_eval(t, t->o.batches));
+    watchdog_start(t);
+    xm_status_t est = run_eval(t, t->o.batches);
+    watchdog_stop(t);
+    XM_RETURN_IF_ERROR(est);
     print_eval(t);
     xm_status_t st = XM_OK;
     if (t->ctx.rank == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
@@ -1094,8 +1167,11 @@ static xm_status_t run(trainer_t *t) {
     fprintf(stderr,
             "%s: the checkpoint is at step %" PRId64 ", --steps is %" PRId64 ": nothing to train\n",
             t->prog, t->step, t->o.steps);
-  XM_RETURN_IF_ERROR(train_loop(t));
-  if (t->o.batches) XM_RETURN_IF_ERROR(run_eval(t, t->o.batches));
+  watchdog_start(t);
+  xm_status_t st = train_loop(t);
+  if (st == XM_OK && t->o.batches) st = run_eval(t, t->o.batches);
+  watchdog_stop(t);
+  XM_RETURN_IF_ERROR(st);
   return print_summary(t, first);
 }
 

@@ -44,6 +44,7 @@ typedef enum {
   F_PROGRESS,
   F_COMM,
   F_RANKS_PER_NODE,
+  F_TIMEOUT,
   F_QUIET,
   F_HELP,
   F_COUNT_
@@ -92,14 +93,22 @@ static const flag_info_t k_flags[F_COUNT_] = {
     [F_RANKS_PER_NODE] = {"--ranks-per-node", 1, "N",
                           "treat every N consecutive ranks as one node (emulated nodes on one "
                           "machine; default: the machines MPI reports, or XM_RANKS_PER_NODE)"},
+    [F_TIMEOUT] = {"--timeout", 1, "S",
+                   "end the run when a rank shows no progress for S seconds (a stopped rank, a "
+                   "stuck collective; default 1800, 0: never)"},
     [F_QUIET] = {"--quiet", 0, NULL, "no progress and no text summary (errors still print)"},
     [F_HELP] = {"--help", 0, NULL, "print this help and exit"},
 };
 
 /* ---- values -------------------------------------------------------------- */
 
+/* Numbers are decimal, with nothing around them: no blanks, no sign where
+ * none is meant, no octal or hex by accident ("010" is ten, "0x10" an
+ * error). */
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
 static int parse_int(const char *s, int64_t min, int64_t *out) {
-  if (!*s) return 0;
+  if (!is_digit(s[0]) && !(min < 0 && s[0] == '-' && is_digit(s[1]))) return 0;
   errno = 0;
   char *end = NULL;
   long long v = strtoll(s, &end, 10);
@@ -109,10 +118,10 @@ static int parse_int(const char *s, int64_t min, int64_t *out) {
 }
 
 static int parse_u64(const char *s, uint64_t *out) {
-  if (!*s || *s == '-' || *s == '+') return 0;
+  if (!is_digit(s[0])) return 0;
   errno = 0;
   char *end = NULL;
-  unsigned long long v = strtoull(s, &end, 0);
+  unsigned long long v = strtoull(s, &end, 10);
   if (errno || *end) return 0;
   *out = v;
   return 1;
@@ -120,7 +129,10 @@ static int parse_u64(const char *s, uint64_t *out) {
 
 /* A finite number >= min (> min when strict). */
 static int parse_double(const char *s, double min, int strict, double *out) {
-  if (!*s) return 0;
+  if (!is_digit(s[0]) && !(s[0] == '.' && is_digit(s[1])) &&
+      !(min < 0 && s[0] == '-' && (is_digit(s[1]) || s[1] == '.')))
+    return 0;
+  if (s[strspn(s, "0123456789.eE+-")] != '\0') return 0; /* no hex floats, inf or nan */
   errno = 0;
   char *end = NULL;
   double v = strtod(s, &end);
@@ -212,6 +224,7 @@ static int set_value(xm_rt_train_opts_t *o, flag_id_t id, const char *v, const c
     *expected = "auto, always or never";
     return parse_choice(v, progress, 3, &o->progress);
   case F_COMM: *expected = "auto, nccl, mpi or host"; return parse_choice(v, comm, 4, &o->comm);
+  case F_TIMEOUT: *expected = "a number of seconds >= 0"; return parse_int(v, 0, &o->timeout);
   case F_RANKS_PER_NODE:
     *expected = "a positive integer that divides the number of ranks";
     return parse_int(v, 1, &o->ranks_per_node);
@@ -276,6 +289,7 @@ static void set_defaults(const xm_rt_program_t *p, xm_rt_train_opts_t *o) {
   o->clip = p->grad_clip;
   o->seed = p->seed;
   o->eval_fraction = 0.05;
+  o->timeout = 1800;
 }
 
 /* One argument (and maybe its value); returns the number of problems. */

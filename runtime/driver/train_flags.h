@@ -47,6 +47,7 @@ typedef struct {
   int progress; /* xm_rt_progress_mode_t */
   int comm;     /* --comm: xm_rt_comm_mode_t (runtime/comm/transport.h), 0 auto */
   int64_t ranks_per_node; /* --ranks-per-node: emulated node size, 0 not given */
+  int64_t timeout;        /* --timeout: seconds without progress before the run ends; 0 off */
   int quiet;
   int help;
 } xm_rt_train_opts_t;

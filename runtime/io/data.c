@@ -43,6 +43,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "support/strbuf.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the data loader reads little-endian files with native loads"
 #endif
@@ -324,26 +326,7 @@ static const char *binary_kind(const unsigned char *p, size_t n) {
  * UTF-8, no control characters but tab, line feed, vertical tab, form feed
  * and carriage return), or -1 when it is text. */
 static int64_t not_text_at(const unsigned char *p, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = p[i];
-    if (c < 0x80) {
-      if (c < 0x20 && !(c >= 0x09 && c <= 0x0d)) return (int64_t)i;
-      if (c == 0x7f) return (int64_t)i;
-      i++;
-      continue;
-    }
-    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    if (len == 0 || i + len > n) return (int64_t)i;
-    for (size_t j = 1; j < len; j++)
-      if ((p[i + j] & 0xc0) != 0x80) return (int64_t)i;
-    /* overlong forms, surrogates and code points past U+10FFFF */
-    if ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] > 0x9f) ||
-        (c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] > 0x8f))
-      return (int64_t)i;
-    i += len;
-  }
-  return -1;
+  return (int64_t)xm_utf8_bad_at((const char *)p, n, "\t\n\v\f\r");
 }
 
 static xm_status_t open_text(xm_rt_data_t *d, xm_diag_t *diag) {

@@ -174,7 +174,7 @@ static const bad_case_t kBad[] = {
     {"{" MODEL "," TRAIN "," P("\"dp\":2") "," CL() "}", "/parallel/dp",
      "must equal nodes*ranks_per_node (4)"},
     {"{" MODEL "," TRAIN "," CL(",\"gemm_efficiency\":1.5") "}", "/cluster/gemm_efficiency",
-     "(0, 1]"},
+     "[0.01, 1]"},
     {"{" MODEL "," TRAIN "," CL(",\"topology\":\"mesh\"") "}", "/cluster/topology",
      "\"fat-tree\", \"dragonfly\", \"torus\""},
     {"{" MODEL "," TRAIN

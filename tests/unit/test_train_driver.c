@@ -334,6 +334,13 @@ static void test_bad_flags(void **state) {
                "--lr: expected a positive number");
   expect_exit2((const char *[]){"--data", d, "--clip=x", NULL}, "--clip: expected");
   expect_exit2((const char *[]){"--data", d, "--seed", "-3", NULL}, "--seed: expected an unsigned");
+  /* numbers are decimal with nothing around them */
+  expect_exit2((const char *[]){"--data", d, "--seed", "0x10", NULL}, "--seed: expected an unsigned");
+  expect_exit2((const char *[]){"--data", d, "--steps", " 5", NULL}, "--steps: expected");
+  expect_exit2((const char *[]){"--data", d, "--steps", "+5", NULL}, "--steps: expected");
+  expect_exit2((const char *[]){"--data", d, "--lr", "0x1p-3", NULL}, "--lr: expected");
+  expect_exit2((const char *[]){"--data", d, "--lr", "inf", NULL}, "--lr: expected");
+  expect_exit2((const char *[]){"--data", d, "--lr", " 1e-3", NULL}, "--lr: expected");
   expect_exit2((const char *[]){"--data", d, "--schedule", "step", NULL},
                "--schedule: expected cosine");
   expect_exit2((const char *[]){"--data", d, "--progress", "sometimes", NULL},
