@@ -346,6 +346,11 @@ static xm_status_t ck_recover(const ck_paths_t *p, xm_diag_t *diag) {
   return XM_OK;
 }
 
+void xm_rt_ckpt_crash_point(const char *point) {
+  const char *v = getenv("XM_CKPT_CRASH");
+  if (v && strcmp(v, point) == 0) _exit(137); /* as SIGKILL would leave it */
+}
+
 static bool ck_exchange_allowed(void) {
   const char *v = getenv("XM_CKPT_RENAME_EXCHANGE"); /* "0": test the two-rename path */
   return !(v && strcmp(v, "0") == 0);
@@ -360,10 +365,12 @@ static xm_status_t ck_swap(const ck_paths_t *p, xm_diag_t *diag) {
   if (ck_exchange_allowed() &&
       renameat2(AT_FDCWD, p->tmp, AT_FDCWD, p->dir, RENAME_EXCHANGE) == 0) {
     XM_RETURN_IF_ERROR(ck_fsync_dir(p->parent, diag));
+    xm_rt_ckpt_crash_point("exchanged");
     ck_remove_tree(p->tmp); /* now the previous checkpoint */
     return XM_OK;
   }
   if (rename(p->dir, p->old) != 0) return ck_io_error(diag, p->dir, "cannot move aside");
+  xm_rt_ckpt_crash_point("aside");
   /* A crash here leaves old + tmp, both complete: ck_recover and the loader
    * take tmp. */
   if (rename(p->tmp, p->dir) != 0) {
@@ -372,6 +379,7 @@ static xm_status_t ck_swap(const ck_paths_t *p, xm_diag_t *diag) {
     return s;
   }
   XM_RETURN_IF_ERROR(ck_fsync_dir(p->parent, diag));
+  xm_rt_ckpt_crash_point("placed");
   ck_remove_tree(p->old);
   return XM_OK;
 }
@@ -571,6 +579,7 @@ static xm_status_t ck_write_all(const xm_rt_exec_t *x, const char *dir,
   xm_status_t s = ck_save_model(x, dir, &l, diag);
   ck_list_free(&l);
   XM_RETURN_IF_ERROR(s);
+  xm_rt_ckpt_crash_point("model-written");
   if (with_optimizer) {
     XM_RETURN_IF_ERROR(ck_collect(p, true, diag, &l));
     char *path = ck_join(dir, CK_OPTIM_FILE);
@@ -603,6 +612,7 @@ xm_status_t xm_rt_checkpoint_save(const xm_rt_exec_t *x, const char *dir,
   if (s == XM_OK && mkdir(p.tmp, 0755) != 0) s = ck_io_error(diag, p.tmp, "cannot create");
   if (s == XM_OK) {
     s = ck_write_all(x, p.tmp, st, with_optimizer, diag);
+    if (s == XM_OK) xm_rt_ckpt_crash_point("written");
     if (s == XM_OK) s = ck_swap(&p, diag);
     if (s != XM_OK) ck_remove_tree(p.tmp);
   }
@@ -760,6 +770,35 @@ static xm_status_t ck_match(ck_list_t *l, ck_files_t *fs, xm_diag_t *diag) {
         xm_diag_add(diag, XM_DIAG_ERROR, f->path, name,
                     "tensor \"%s\" is stored here but the index maps it to another file", name);
     }
+  }
+  /* Values: a NaN or an infinity in a weight or a moment would only show
+   * as a divergence steps later; it is named here, at load. */
+  for (int i = 0; i < l->count && xm_diag_error_count(diag) == errors; i++) {
+    const ck_item_t *it = &l->items[i];
+    const ck_file_t *f = &fs->files[it->file];
+    const xm_st_tensor_t *t = xm_st_find(&f->st, it->name);
+    if (!t) continue;
+    int64_t n = (int64_t)(t->end - t->begin), bad = -1;
+    if (t->dtype == XM_ST_F32) {
+      for (int64_t e = 0; e < n / 4 && bad < 0; e++) {
+        float v;
+        memcpy(&v, t->data + 4 * e, 4);
+        if (!isfinite(v)) bad = e;
+      }
+    } else if (t->dtype == XM_ST_BF16 || t->dtype == XM_ST_F16) {
+      uint16_t mask = t->dtype == XM_ST_BF16 ? 0x7f80 : 0x7c00; /* all exponent bits set */
+      for (int64_t e = 0; e < n / 2 && bad < 0; e++) {
+        uint16_t v;
+        memcpy(&v, t->data + 2 * e, 2);
+        if ((v & mask) == mask) bad = e;
+      }
+    }
+    if (bad >= 0)
+      xm_diag_add(diag, XM_DIAG_ERROR, f->path, it->name,
+                  "tensor \"%s\" holds a NaN or an infinity (element %lld): the checkpoint "
+                  "cannot be trained from (it diverged before it was saved, or the file was "
+                  "damaged)",
+                  it->name, (long long)bad);
   }
   return xm_diag_error_count(diag) == errors ? XM_OK : XM_ERR_INVALID_INPUT;
 }

@@ -42,4 +42,12 @@ xm_status_t xm_rt_checkpoint_save(const xm_rt_exec_t *x, const char *dir,
 xm_status_t xm_rt_checkpoint_load(xm_rt_exec_t *x, const char *dir, bool with_optimizer,
                                   xm_rt_train_state_t *st, xm_diag_t *diag);
 
+/* Test-only (tests/e2e/ckpt_crash.sh): when XM_CKPT_CRASH names `point`,
+ * the process ends there at once (exit code 137, nothing cleaned up), as a
+ * kill at that moment of a save would leave it. The points, in the order
+ * of a save: model-written, written, exchanged | aside, placed (the swap
+ * into an existing directory), latest (out/train's `latest` file). Never
+ * set in a real run. */
+void xm_rt_ckpt_crash_point(const char *point);
+
 #endif /* XM_RUNTIME_CHECKPOINT_H */

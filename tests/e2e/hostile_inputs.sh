@@ -113,6 +113,28 @@ cp -r ck ck_model && rm "ck_model/$step/model.safetensors" && mkfifo "ck_model/$
 expect "resume: model.safetensors a FIFO" 2 "model.safetensors: .*not a regular file" \
   "${train[@]}" --data tokens.tok --resume ck_model
 
+# A NaN in a weight and an infinity in an Adam moment are named at load.
+for f in model optimizer; do
+  cp -r ck "nan_$f"
+  python3 - "nan_$f/$step/$f.safetensors" <<'EOF'
+import json, struct, sys
+path = sys.argv[1]
+raw = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+name = sorted(k for k in hdr if k != "__metadata__" and hdr[k]["dtype"] == "F32")[0]
+a, _ = hdr[name]["data_offsets"]
+struct.pack_into("<f", raw, 8 + n + a + 4, float("nan") if "model" in path else float("inf"))
+open(path, "wb").write(raw)
+print(name, file=open(path + ".name", "w"))
+EOF
+  tname=$(cat "nan_$f/$step/$f.safetensors.name")
+  rm "nan_$f/$step/$f.safetensors.name"
+  expect "resume: a non-finite value in $f.safetensors" 2 \
+    "$f.safetensors: error: $tname: tensor \"$tname\" holds a NaN or an infinity \(element 1\)" \
+    "${train[@]}" --data tokens.tok --resume "nan_$f"
+done
+
 # Changing data while training runs: wait for the first step in the log,
 # then change the file; the run must end with the data's message, exit 1.
 change_during_run() { # name how

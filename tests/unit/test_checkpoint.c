@@ -112,7 +112,10 @@ static xm_rt_exec_t *exec_new(uint32_t seed) {
   uint32_t s = seed * 2654435761u + 12345u;
   for (int64_t i = 0; i < g_program.persistent_bytes; i += 4) {
     s = s * 1664525u + 1013904223u;
-    memcpy(x->persist + i, &s, 4);
+    /* Arbitrary bits, but finite as f32 and as either bf16 half (the
+     * loader refuses NaN and infinity): the top exponent bit is clear. */
+    uint32_t v = s & ~0x40004000u;
+    memcpy(x->persist + i, &v, 4);
   }
   return x;
 }
