@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "support/strbuf.h"
 #include "tools/xmoec/commands.h"
 
 typedef struct {
@@ -33,8 +34,15 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-      strcmp(argv[1], "help") == 0) {
+  /* `xmoec help COMMAND` is `xmoec COMMAND --help`. */
+  static char help_flag[] = "--help";
+  char *help_argv[2] = {NULL, help_flag};
+  if (strcmp(argv[1], "help") == 0 && argc >= 3) {
+    help_argv[0] = argv[2];
+    argv = help_argv - 1; /* argv[1] = COMMAND, argv[2] = --help */
+    argc = 3;
+  } else if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+             strcmp(argv[1], "help") == 0) {
     usage(stdout);
     return 0;
   }
@@ -55,7 +63,16 @@ int main(int argc, char **argv) {
       }
       return rc;
     }
-  fprintf(stderr, "xmoec: unknown command '%s'\n", argv[1]);
+  const char *best = NULL;
+  int best_d = 3; /* a suggestion within two edits */
+  for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++) {
+    int d = xm_edit_distance(argv[1], k_commands[i].name);
+    if (d < best_d && (size_t)d * 3 <= strlen(argv[1])) best_d = d, best = k_commands[i].name;
+  }
+  if (best)
+    fprintf(stderr, "xmoec: unknown command '%s'; did you mean '%s'?\n", argv[1], best);
+  else
+    fprintf(stderr, "xmoec: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;
 }
