@@ -36,10 +36,10 @@ int main(int argc, char **argv) {
   }
   /* `xmoec help COMMAND` is `xmoec COMMAND --help`. */
   static char help_flag[] = "--help";
-  char *help_argv[2] = {NULL, help_flag};
+  char *help_argv[4] = {argv[0], NULL, help_flag, NULL};
   if (strcmp(argv[1], "help") == 0 && argc >= 3) {
-    help_argv[0] = argv[2];
-    argv = help_argv - 1; /* argv[1] = COMMAND, argv[2] = --help */
+    help_argv[1] = argv[2];
+    argv = help_argv; /* xmoec COMMAND --help */
     argc = 3;
   } else if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
              strcmp(argv[1], "help") == 0) {
