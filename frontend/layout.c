@@ -34,8 +34,7 @@
 #define ERR(place, ...) xm_diag_add(diag, XM_DIAG_ERROR, source, place, __VA_ARGS__)
 #define WARN(place, ...) xm_diag_add(diag, XM_DIAG_WARNING, source, place, __VA_ARGS__)
 
-/* The same bound the spec puts on dp, so products stay far inside int64. */
-static const int64_t world_max = (int64_t)1 << 24;
+static const int64_t world_max = XM_LAYOUT_WORLD_MAX;
 
 const char *xm_layout_place(xm_layout_origin_t origin, xm_layout_knob_t knob) {
   static const char *const spec_places[] = {

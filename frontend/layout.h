@@ -76,6 +76,10 @@ char *xm_layout_format(const xm_layout_t *layout, char *buf, size_t cap);
 
 /* ---- derived quantities (layout assumed legal) ------------------------ */
 
+/* The most ranks a layout may have (dp, tp, ep, ranks_per_node and dp*tp):
+ * the bound the spec puts on dp, so products stay far inside int64. */
+#define XM_LAYOUT_WORLD_MAX ((int64_t)1 << 24)
+
 static inline int64_t xm_layout_world(const xm_layout_t *l) { return l->dp * l->tp; }
 
 /* Ranks per node, with 0 (unknown) read as "the whole world is one node". */

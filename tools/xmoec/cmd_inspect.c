@@ -128,6 +128,15 @@ int xm_cmd_inspect(int argc, char **argv) {
   xm_diag_t diag;
   xm_diag_init(&diag);
   xm_status_t st = xm_inspect_load(a.dir, a.cluster, &diag, ins);
+  if (st == XM_OK && a.format == FORMAT_TRACE &&
+      ins->grad_accum * ins->num_micro > XM_INSPECT_MAX_EVENTS) {
+    xm_diag_add(&diag, XM_DIAG_ERROR, a.dir, NULL,
+                "the predicted trace would hold %lld micro-batch events (grad_accum %lld x %d "
+                "ops), over the limit of %lld; the text and html formats report the same step",
+                (long long)(ins->grad_accum * ins->num_micro), (long long)ins->grad_accum,
+                ins->num_micro, (long long)XM_INSPECT_MAX_EVENTS);
+    st = XM_ERR_INVALID_INPUT;
+  }
   if (st != XM_OK && xm_diag_error_count(&diag) == 0)
     xm_diag_add(&diag, XM_DIAG_ERROR, a.dir, NULL, "%s", xm_status_name(st));
   xm_diag_print(&diag, stderr);

@@ -17,6 +17,7 @@
 #ifndef XM_TOOLS_INSPECT_H
 #define XM_TOOLS_INSPECT_H
 
+#include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -91,6 +92,18 @@ typedef struct {
 xm_status_t xm_inspect_load(const char *dir, const char *cluster, xm_diag_t *diag,
                             xm_inspect_t *out);
 void xm_inspect_free(xm_inspect_t *ins);
+
+/* Checks the files of OUT against each other and against the limits of a
+ * compiled program (inspect_check.c lists what); called by xm_inspect_load
+ * once the module's layout, batch and memory report are read, before any
+ * number is derived from them. Every contradiction goes to `diag` naming
+ * the file; XM_ERR_INVALID_INPUT then. */
+xm_status_t xm_inspect_check(const xm_inspect_t *ins, const cJSON *manifest, const cJSON *config,
+                             xm_diag_t *diag);
+
+/* The most events the trace format writes (grad_accum times the
+ * micro-batch ops, plus the step's): about 400 MiB of JSON. */
+#define XM_INSPECT_MAX_EVENTS ((int64_t)1 << 22)
 
 /* Times an op runs per optimizer step: grad_accum for the micro function's
  * ops, 1 for the step function's. */

@@ -482,9 +482,14 @@ static int64_t node_of(const xm_inspect_t *ins, int64_t rank) { return rank / in
 
 /* Members of g other than rank 0 on rank 0's node, and elsewhere. */
 static void peers(const xm_inspect_t *ins, xm_net_group_t g, double *same, double *other) {
-  *same = *other = 0;
-  for (int64_t i = 1; i < g.size; i++)
-    *(node_of(ins, g.first + i * g.stride) == node_of(ins, 0) ? same : other) += 1;
+  /* Rank 0's node holds ranks [0, rpn): members first + i*stride for i
+   * in [1, size) below rpn (counted, not enumerated: a group may hold
+   * 2^24 ranks). */
+  int64_t below = ins->rpn > g.first ? (ins->rpn - g.first - 1) / g.stride : 0;
+  if (below > g.size - 1) below = g.size - 1;
+  if (below < 0) below = 0;
+  *same = (double)below;
+  *other = (double)(g.size - 1 - below);
 }
 
 /* prod_{i<k} (E - h - i) / (E - i): no slot of a token (k distinct
@@ -740,7 +745,6 @@ xm_status_t xm_inspect_load(const char *dir, const char *cluster, xm_diag_t *dia
   cJSON *manifest = read_json_object(dir, "manifest.json", diag, &st);
   if (!manifest) return st;
   cJSON *config = read_json_object(dir, "config.json", diag, &st);
-  cJSON_Delete(config);
   if (st != XM_OK) {
     cJSON_Delete(manifest);
     return st;
@@ -755,21 +759,17 @@ xm_status_t xm_inspect_load(const char *dir, const char *cluster, xm_diag_t *dia
                               .ssmb = xm_ir_module_get_int(m, "par_ssmb", 0) != 0,
                               .rbd = xm_ir_module_get_int(m, "par_rbd", 0) != 0,
                               .zero = (int)xm_ir_module_get_int(m, "par_zero", 0)};
-  if (ins->layout.dp < 1 || ins->layout.tp < 1 || ins->layout.ep < 1 ||
-      ins->layout.dp > (1 << 24) || ins->layout.tp > (1 << 24) ||
-      (ins->layout.dp * ins->layout.tp) % ins->layout.ep != 0) {
-    char *path = join(dir, "model.xir");
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL,
-                "the layout attributes par_dp, par_tp, par_ep are inconsistent");
-    free(path);
+  ins->grad_accum = xm_ir_module_get_int(m, "grad_accum", 1);
+  st = xm_inspect_check(ins, manifest, config, diag);
+  cJSON_Delete(config);
+  if (st != XM_OK) {
     cJSON_Delete(manifest);
-    return XM_ERR_INVALID_INPUT;
+    return st;
   }
   ins->world = ins->layout.dp * ins->layout.tp;
   ins->grad_accum = xm_ir_module_get_int(m, "grad_accum", 1);
   ins->micro_batch = xm_ir_module_get_int(m, "micro_batch", 0);
   ins->seq_len = xm_ir_module_get_int(m, "seq_len", 0);
-  if (ins->grad_accum < 1) ins->grad_accum = 1;
   st = setup_machine(ins, manifest, cluster, diag);
   cJSON_Delete(manifest);
   XM_RETURN_IF_ERROR(st);
