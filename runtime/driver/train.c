@@ -625,6 +625,8 @@ static xm_status_t save_checkpoint(trainer_t *t) {
   return st;
 }
 
+static xm_status_t agree_on_input(trainer_t *t, xm_status_t st, const char *msgs);
+
 static xm_status_t load_checkpoint(trainer_t *t) {
   xm_rt_train_state_t ts;
   memset(&ts, 0, sizeof ts);
@@ -636,8 +638,17 @@ static xm_status_t load_checkpoint(trainer_t *t) {
   xm_status_t st =
       xm_rt_shard_checkpoint_load(&t->x, t->comm, &t->coords, t->sharded ? &t->view : NULL,
                                   t->resume_path, !t->o.eval, &ts, &diag);
-  if (t->ctx.rank == 0 || xm_diag_error_count(&diag) > 0) xm_diag_print(&diag, stderr);
+  /* Every rank read the same files, so their messages are alike: one copy,
+   * from the lowest rank that failed (or rank 0's warnings and notes). */
+  char *msgs = NULL;
+  size_t msgs_len = 0;
+  FILE *f = open_memstream(&msgs, &msgs_len);
+  xm_diag_print(&diag, f ? f : stderr);
+  if (f) fclose(f);
   xm_diag_free(&diag);
+  st = agree_on_input(t, st, msgs);
+  if (st == XM_OK && t->ctx.rank == 0 && msgs) fputs(msgs, stderr);
+  free(msgs);
   XM_RETURN_IF_ERROR(st);
   persist_upload(t);
   if (ts.step < 0 || ts.data_pos < 0) {

@@ -51,6 +51,7 @@
 #define CK_INDEX_FILE "model.safetensors.index.json"
 #define CK_OPTIM_FILE "optimizer.safetensors"
 #define CK_STATE_FILE "trainer_state.json"
+#define CK_STATE_VERSION 1 /* trainer_state.json's "version" */
 
 /* ------------------------------------------------------------------ */
 /* stored tensors                                                       */
@@ -542,7 +543,7 @@ static char *ck_trainer_state_text(const xm_rt_exec_t *x, const xm_rt_train_stat
   const xm_rt_program_t *p = x->program;
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "xmoec-trainer-state");
-  cJSON_AddNumberToObject(root, "version", 1);
+  cJSON_AddNumberToObject(root, "version", CK_STATE_VERSION);
   cJSON_AddStringToObject(root, "model_name", p->model_name ? p->model_name : "");
   cJSON_AddNumberToObject(root, "step", (double)st->step);
   cJSON_AddNumberToObject(root, "data_pos", (double)st->data_pos);
@@ -909,12 +910,96 @@ static bool ck_parse_u64(const char *s, uint64_t *out) {
   return true;
 }
 
-static void ck_parse_state(const cJSON *root, const char *path, xm_rt_train_state_t *st,
-                           xm_diag_t *diag) {
+/* The settings the trainer state records (the spec's, at save time)
+ * against the program's: a different seq_len or vocab would make the data
+ * position count other windows and the embedding another vocabulary (an
+ * error); the rest may change between runs (a new schedule, a new batch
+ * size), and each change is said once (a warning). */
+static void ck_check_settings(const cJSON *set, const char *path, const xm_rt_program_t *p,
+                              xm_diag_t *diag) {
+  if (!set) return; /* written before settings were recorded */
+  if (!cJSON_IsObject(set)) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "/settings", "must be an object");
+    return;
+  }
+  const struct {
+    const char *key;
+    double program;
+    bool fatal;
+    const char *why;
+  } rows[] = {
+      {"vocab", (double)p->vocab, true, "the embedding and the data's token ids"},
+      {"seq_len", (double)p->seq_len, true,
+       "data_pos counts windows of seq_len tokens; recompile with the checkpoint's seq_len to "
+       "resume"},
+      {"micro_batch", (double)p->micro_batch, false, "sequences per micro-batch"},
+      {"grad_accum", (double)p->grad_accum, false, "micro-batches per step"},
+      {"lr", p->lr, false, "peak learning rate"},
+      {"min_lr", p->min_lr, false, "final learning rate"},
+      {"warmup_steps", (double)p->warmup_steps, false, "warmup"},
+      {"train_steps", (double)p->train_steps, false, "the schedule's length"},
+      {"weight_decay", p->weight_decay, false, "AdamW decay"},
+      {"beta1", p->beta1, false, "AdamW beta1"},
+      {"beta2", p->beta2, false, "AdamW beta2"},
+      {"adam_eps", p->adam_eps, false, "AdamW epsilon"},
+      {"grad_clip", p->grad_clip, false, "gradient clipping"},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(set, rows[i].key);
+    char place[48];
+    snprintf(place, sizeof place, "/settings/%s", rows[i].key);
+    if (!v) continue;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+      xm_diag_add(diag, XM_DIAG_ERROR, path, place, "must be a number");
+    } else if ((float)v->valuedouble != (float)rows[i].program) {
+      xm_diag_add(diag, rows[i].fatal ? XM_DIAG_ERROR : XM_DIAG_WARNING, path, place,
+                  "the checkpoint was trained with %.9g, the program is compiled with %.9g "
+                  "(%s)%s",
+                  v->valuedouble, rows[i].program, rows[i].why,
+                  rows[i].fatal ? "" : "; the run goes on with the program's value");
+    }
+  }
+  const cJSON *sched = cJSON_GetObjectItemCaseSensitive(set, "lr_schedule");
+  if (cJSON_IsString(sched) && strcmp(sched->valuestring, ck_schedule_name(p->lr_schedule)) != 0)
+    xm_diag_add(diag, XM_DIAG_WARNING, path, "/settings/lr_schedule",
+                "the checkpoint was trained with the %s schedule, the program is compiled with "
+                "%s; the run goes on with the program's",
+                sched->valuestring, ck_schedule_name(p->lr_schedule));
+}
+
+static void ck_parse_state(const cJSON *root, const char *path, const xm_rt_program_t *p,
+                           xm_rt_train_state_t *st, xm_diag_t *diag) {
   if (!cJSON_IsObject(root)) {
     xm_diag_add(diag, XM_DIAG_ERROR, path, "", "must be a JSON object");
     return;
   }
+  const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
+  const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
+  int64_t ver = 0;
+  if (!cJSON_IsString(format) || strcmp(format->valuestring, "xmoec-trainer-state") != 0) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "/format",
+                "must be \"xmoec-trainer-state\" (the trainer state out/train writes), not %s",
+                cJSON_IsString(format) ? format->valuestring : format ? "a non-string" : "missing");
+    return;
+  }
+  if (!ck_json_count(version, &ver) || ver < 1) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "/version", "must be a positive integer");
+    return;
+  }
+  if (ver > CK_STATE_VERSION) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, "/version",
+                "is %lld, written by a newer xmoec; this one reads version %d (resume with the "
+                "xmoec that wrote it)",
+                (long long)ver, CK_STATE_VERSION);
+    return;
+  }
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "model_name");
+  if (cJSON_IsString(name) && p->model_name && strcmp(name->valuestring, p->model_name) != 0)
+    xm_diag_add(diag, XM_DIAG_WARNING, path, "/model_name",
+                "the checkpoint is of model '%s', the program of '%s' (their config.json "
+                "agree, so it loads)",
+                name->valuestring, p->model_name);
+  ck_check_settings(cJSON_GetObjectItemCaseSensitive(root, "settings"), path, p, diag);
   if (!ck_json_count(cJSON_GetObjectItemCaseSensitive(root, "step"), &st->step))
     xm_diag_add(diag, XM_DIAG_ERROR, path, "/step", "must be a non-negative integer");
   if (!ck_json_count(cJSON_GetObjectItemCaseSensitive(root, "data_pos"), &st->data_pos))
@@ -941,7 +1026,8 @@ static void ck_parse_state(const cJSON *root, const char *path, xm_rt_train_stat
     xm_diag_add(diag, XM_DIAG_ERROR, path, "/last_loss", "must be a number or null");
 }
 
-static xm_status_t ck_load_state(const char *dir, xm_rt_train_state_t *st, xm_diag_t *diag) {
+static xm_status_t ck_load_state(const char *dir, const xm_rt_program_t *p,
+                                 xm_rt_train_state_t *st, xm_diag_t *diag) {
   char *path = ck_join(dir, CK_STATE_FILE);
   char *text = NULL;
   size_t len = 0;
@@ -964,11 +1050,74 @@ static xm_status_t ck_load_state(const char *dir, xm_rt_train_state_t *st, xm_di
                (long long)(end ? end - text : (long long)strlen(text)));
       xm_diag_add(diag, XM_DIAG_ERROR, path, place, "invalid JSON");
     } else {
-      ck_parse_state(root, path, st, diag);
+      ck_parse_state(root, path, p, st, diag);
     }
     cJSON_Delete(root);
     if (xm_diag_error_count(diag) != errors) s = XM_ERR_INVALID_INPUT;
   }
+  free(text);
+  free(path);
+  return s;
+}
+
+/* The checkpoint's config.json against the program's: every field the
+ * same (the model's semantics: a rope_theta, an eps or a routing rule
+ * that differ would not show in the tensors' shapes), except the name and
+ * torch_dtype (the tensors' own dtypes are checked one by one). A
+ * checkpoint without one (an export of weights alone) is taken as it is. */
+static xm_status_t ck_match_config(const xm_rt_program_t *p, const char *dir, xm_diag_t *diag) {
+  if (!p->config_json) return XM_OK;
+  char *path = ck_join(dir, "config.json");
+  char *text = NULL;
+  size_t len = 0;
+  int err = xm_read_file(path, &text, &len);
+  xm_status_t s = XM_OK;
+  if (err == ENOENT) {
+    free(path);
+    return XM_OK;
+  }
+  cJSON *mine = cJSON_Parse(p->config_json), *theirs = NULL;
+  if (err) {
+    char why[160];
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read: %s",
+                xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
+    s = XM_ERR_IO;
+  } else if (!(theirs = strlen(text) == len ? cJSON_ParseWithLength(text, len) : NULL) ||
+             !cJSON_IsObject(theirs)) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "not a JSON object (malformed)");
+    s = XM_ERR_INVALID_INPUT;
+  } else if (cJSON_IsObject(mine)) {
+    int shown = 0, differ = 0;
+    for (int pass = 0; pass < 2; pass++) {
+      const cJSON *a = pass == 0 ? mine : theirs, *b = pass == 0 ? theirs : mine;
+      for (const cJSON *e = a->child; e; e = e->next) {
+        if (strcmp(e->string, "name") == 0 || strcmp(e->string, "torch_dtype") == 0) continue;
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(b, e->string);
+        if (pass == 1 && o) continue; /* compared in the first pass */
+        if (o && cJSON_Compare(e, o, true)) continue;
+        differ++;
+        if (shown++ >= 8) continue;
+        char *vm = pass == 0 ? cJSON_PrintUnformatted(e) : NULL;
+        char *vt = pass == 0 ? (o ? cJSON_PrintUnformatted(o) : NULL) : cJSON_PrintUnformatted(e);
+        char place[160];
+        snprintf(place, sizeof place, "/%s", e->string);
+        xm_diag_add(diag, XM_DIAG_ERROR, path, place,
+                    "is %s in the checkpoint, %s in the compiled program", vt ? vt : "missing",
+                    vm ? vm : "missing");
+        free(vm), free(vt);
+      }
+    }
+    if (differ) {
+      if (shown > 8)
+        xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "and %d more fields differ", shown - 8);
+      xm_diag_add(diag, XM_DIAG_NOTE, path, NULL,
+                  "the checkpoint is of another model; resume it with a program compiled from "
+                  "its spec.json");
+      s = XM_ERR_INVALID_INPUT;
+    }
+  }
+  cJSON_Delete(mine);
+  cJSON_Delete(theirs);
   free(text);
   free(path);
   return s;
@@ -1016,7 +1165,9 @@ xm_status_t xm_rt_checkpoint_load(xm_rt_exec_t *x, const char *dir, bool with_op
     xm_status_t so = ck_match_optimizer(x->program, path, diag, &optim);
     if (s == XM_OK) s = so;
   }
-  xm_status_t ss = ck_load_state(path, &loaded, diag);
+  xm_status_t sc = ck_match_config(x->program, path, diag);
+  if (s == XM_OK) s = sc;
+  xm_status_t ss = ck_load_state(path, x->program, &loaded, diag);
   if (s == XM_OK) s = ss;
   if (s == XM_OK) {
     ck_group_copy(x, &model);

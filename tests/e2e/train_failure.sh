@@ -12,6 +12,8 @@
 #   data    a malformed Megatron index (every rank reads it): exit 2 with
 #           the file and the place
 #   world   a 4-rank program started on 2 ranks: exit 2 on every rank
+#   resume  a checkpoint of another model (rope_theta differs) resumed by
+#           the dp2 program: exit 2, the field named once, not per rank
 # Each run has 60 s (timeout) and must end in under 20 s.
 set -uo pipefail
 src="${XM_SOURCE_DIR:?}"
@@ -61,4 +63,13 @@ head -c 100 "$data" >"$work/bad.bin"
 printf 'MMIDIDX\x00\x00' >"$work/bad.idx"
 data="$work/bad" check data_ep4 2 "bad.idx" 4 "$work/ep4/train"
 check world 2 "compiled for" 2 "$work/ep4/train"
+# A checkpoint whose config.json is another model's: one copy of the error.
+sed 's/"kv_heads": 2,/"kv_heads": 2, "rope_theta": 500000,/' "$spec" >"$work/theta.json"
+"$bin/xmoec" compile "$work/theta.json" -o "$work/theta" --dp 2 --ep 2 >/dev/null || fail "compile theta"
+timeout 60 mpirun -np 2 "$work/theta/train" --data "$data" --steps 1 --progress never --quiet \
+  --ckpt-dir "$work/ck" >"$work/theta.out" 2>&1 || { cat "$work/theta.out"; fail "theta run"; }
+check resume 2 "/rope_theta: is 500000 in the checkpoint, 10000 in the compiled program" 2 \
+  "$work/dp2/train" --resume "$work/ck"
+n=$(grep -c "rope_theta" "$work/resume.out")
+[[ $n -eq 1 ]] || { cat "$work/resume.out"; fail "resume: the error printed $n times, want once"; }
 echo "train_failure: ok"

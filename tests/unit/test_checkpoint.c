@@ -621,12 +621,14 @@ static void test_mismatches(void **state) {
   write_text(dir, "trainer_state.json", "{\"step\": 3,");
   expect_load_error(dir, "bad/trainer_state.json", "offset 11", "invalid JSON");
   write_text(dir, "trainer_state.json",
-             "{\"step\": -1, \"data_pos\": 0, \"rng\": [\"1\", \"2\", \"3\", \"x\"]}");
+             "{\"format\": \"xmoec-trainer-state\", \"version\": 1, \"step\": -1, "
+             "\"data_pos\": 0, \"rng\": [\"1\", \"2\", \"3\", \"x\"]}");
   expect_load_error(dir, "bad/trainer_state.json", "/step", "non-negative integer");
   expect_load_error(dir, "bad/trainer_state.json", "/rng/3", "decimal");
   write_text(
       dir, "trainer_state.json",
-      "{\"step\": 1, \"data_pos\": 2, \"rng\": [\"1\", \"2\", \"3\", \"18446744073709551616\"]}");
+      "{\"format\": \"xmoec-trainer-state\", \"version\": 1, \"step\": 1, \"data_pos\": 2, "
+      "\"rng\": [\"1\", \"2\", \"3\", \"18446744073709551616\"]}");
   expect_load_error(dir, "bad/trainer_state.json", "/rng/3", "decimal");
   /* No model file at all, and no directory at all. */
   p = path_of(dir, "model.safetensors");
@@ -636,6 +638,77 @@ static void test_mismatches(void **state) {
   char *none = ckpt_dir("none");
   expect_load_error(none, "none", NULL, "not found");
   free(none);
+  exec_free(x);
+  free(dir);
+}
+
+/* Replaces `from` by `to` (once) in DIR/name. */
+static void edit_text(const char *dir, const char *name, const char *from, const char *to) {
+  char *text = read_text(dir, name);
+  char *at = strstr(text, from);
+  assert_non_null(at);
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  xm_strbuf_printf(&b, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+  write_text(dir, name, xm_strbuf_cstr(&b));
+  xm_strbuf_free(&b);
+  free(text);
+}
+
+static bool diag_warns(const xm_diag_t *d, const char *place, const char *needle) {
+  for (int i = 0; i < d->count; i++)
+    if (d->entries[i].level == XM_DIAG_WARNING && d->entries[i].place &&
+        strcmp(d->entries[i].place, place) == 0 && strstr(d->entries[i].message, needle))
+      return true;
+  xm_diag_print(d, stderr);
+  return false;
+}
+
+/* A resume checks what it resumes against the program: the trainer
+ * state's format and version, the settings it was trained with, and the
+ * model's config.json field by field. */
+static void test_resume_validates(void **state) {
+  (void)state;
+  char *dir = ckpt_dir("validate");
+  xm_rt_exec_t *x = exec_new(5);
+  save_ok(x, dir, true);
+  edit_text(dir, "trainer_state.json", "\"xmoec-trainer-state\"", "\"megatron\"");
+  expect_load_error(dir, "validate/trainer_state.json", "/format", "xmoec-trainer-state");
+  save_ok(x, dir, true);
+  edit_text(dir, "trainer_state.json", "\"version\":\t1", "\"version\":\t2");
+  expect_load_error(dir, "validate/trainer_state.json", "/version", "written by a newer xmoec");
+  save_ok(x, dir, true);
+  edit_text(dir, "trainer_state.json", "\"version\":\t1", "\"version\":\t0.5");
+  expect_load_error(dir, "validate/trainer_state.json", "/version", "positive integer");
+  /* seq_len: the data position would count other windows. */
+  save_ok(x, dir, true);
+  edit_text(dir, "trainer_state.json", "\"seq_len\":\t8", "\"seq_len\":\t16");
+  expect_load_error(dir, "validate/trainer_state.json", "/settings/seq_len",
+                    "trained with 16, the program is compiled with 8");
+  /* A new learning rate and batch: loaded, each change a warning. */
+  save_ok(x, dir, true);
+  edit_text(dir, "trainer_state.json", "\"micro_batch\":\t2", "\"micro_batch\":\t4");
+  edit_text(dir, "trainer_state.json", "\"lr_schedule\":\t\"cosine\"",
+            "\"lr_schedule\":\t\"linear\"");
+  xm_rt_exec_t *y = exec_new(6);
+  xm_rt_train_state_t st;
+  xm_diag_t d;
+  xm_diag_init(&d);
+  assert_int_equal(xm_rt_checkpoint_load(y, dir, true, &st, &d), XM_OK);
+  assert_true(diag_warns(&d, "/settings/micro_batch", "trained with 4"));
+  assert_true(diag_warns(&d, "/settings/lr_schedule", "linear"));
+  assert_int_equal(st.step, k_state.step);
+  xm_diag_free(&d);
+  exec_free(y);
+  /* config.json of another model: a changed field, an extra one. */
+  save_ok(x, dir, true);
+  write_text(dir, "config.json", "{\"hidden_size\": 4, \"n_routed_experts\": 5, \"rope_theta\": 1}");
+  expect_load_error(dir, "validate/config.json", "/n_routed_experts",
+                    "is 5 in the checkpoint, 3 in the compiled program");
+  expect_load_error(dir, "validate/config.json", "/rope_theta",
+                    "is 1 in the checkpoint, missing in the compiled program");
+  write_text(dir, "config.json", "[1]");
+  expect_load_error(dir, "validate/config.json", NULL, "not a JSON object");
   exec_free(x);
   free(dir);
 }
@@ -678,7 +751,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip_exact), cmocka_unit_test(test_hf_names_in_files),
       cmocka_unit_test(test_sharded),          cmocka_unit_test(test_optimizer_optional),
       cmocka_unit_test(test_atomic_replace),   cmocka_unit_test(test_crash_between_renames),
-      cmocka_unit_test(test_mismatches),       cmocka_unit_test(test_other_ranks_do_not_write),
+      cmocka_unit_test(test_mismatches),       cmocka_unit_test(test_resume_validates),       cmocka_unit_test(test_other_ranks_do_not_write),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
