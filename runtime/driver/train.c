@@ -666,6 +666,36 @@ static xm_status_t load_checkpoint(trainer_t *t) {
 
 /* ---- micro-batches ---------------------------------------------------------- */
 
+/* The ranks of a TP group compute on the same tokens (SSMB splits them
+ * after they are read), so each reads the same windows of its own --data.
+ * Files that differ between nodes would train without a symptom; every
+ * micro-batch the group compares a 64-bit hash of its tokens and labels
+ * (one MPI_MAX of {h, ~h}: both come back unchanged only when every member
+ * holds h). A difference ends the run: the group's first rank says so,
+ * once, and the others wait for its abort. */
+static void check_tp_inputs(trainer_t *t, const int32_t *inputs, int64_t n, int eval,
+                            int64_t first) {
+  const xm_rt_comm_group_t *g = t->comm ? xm_rt_comm_group(t->comm, XM_RT_GROUP_TP) : NULL;
+  if (!g || g->size < 2) return;
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the bytes */
+  const unsigned char *b = (const unsigned char *)inputs;
+  for (int64_t i = 0; i < n * (int64_t)sizeof *inputs; i++)
+    h = (h ^ b[i]) * 1099511628211ull;
+  uint64_t v[2] = {h, ~h};
+  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_MAX, g->comm);
+  if (v[0] == h && v[1] == ~h) return;
+  if (g->index == 0)
+    xm_rt_abort(&t->ctx, 1,
+                "the %s windows from %" PRId64 " differ between the ranks of tensor-parallel "
+                "group %d..%d, which must read the same data: is --data %s the same file on "
+                "every node?",
+                eval ? "evaluation" : "training", first, g->members[0],
+                g->members[g->size - 1], t->o.data);
+  struct timespec ts = {3, 0};
+  nanosleep(&ts, NULL);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 /* Row b of the micro-batch gets window first + b (modulo the split). */
 /* The windows are cut on the host, then copied to the input tensors. */
 static void fill_inputs(trainer_t *t, int eval, int64_t first) {
@@ -690,6 +720,7 @@ static void fill_inputs(trainer_t *t, int eval, int64_t first) {
     }
     xm_diag_free(&diag);
   }
+  check_tp_inputs(t, t->inputs_host, 2 * n, eval, first);
   xm_rt_exec_t *x = &t->x;
   x->be->copy_h2d(x->be, tensor_ptr(t, p->tokens), tok, (size_t)n * sizeof *tok, x->stream);
   x->be->copy_h2d(x->be, tensor_ptr(t, p->labels), lab, (size_t)n * sizeof *lab, x->stream);

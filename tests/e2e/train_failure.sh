@@ -12,6 +12,8 @@
 #   data    a malformed Megatron index (every rank reads it): exit 2 with
 #           the file and the place
 #   world   a 4-rank program started on 2 ranks: exit 2 on every rank
+#   tp      the two ranks of a TP group given different --data files (of
+#           one size; MPMD mpirun): exit 1, one message naming the group
 #   resume  a checkpoint of another model (rope_theta differs) resumed by
 #           the dp2 program: exit 2, the field named once, not per rank
 # Each run has 60 s (timeout) and must end in under 20 s.
@@ -63,6 +65,21 @@ head -c 100 "$data" >"$work/bad.bin"
 printf 'MMIDIDX\x00\x00' >"$work/bad.idx"
 data="$work/bad" check data_ep4 2 "bad.idx" 4 "$work/ep4/train"
 check world 2 "compiled for" 2 "$work/ep4/train"
+# TP partners that read different files (as nodes with different copies
+# would): the group's hash check ends the run with one message.
+"$bin/xmoec" compile "$spec" -o "$work/tp2" --tp 2 >/dev/null || fail "compile tp2"
+tr 'a-z' 'b-za' <"$data" >"$work/other.txt"
+start=$SECONDS
+timeout 60 mpirun -np 1 "$work/tp2/train" --data "$data" --steps 2 --progress never --quiet : \
+  -np 1 "$work/tp2/train" --data "$work/other.txt" --steps 2 --progress never --quiet \
+  >"$work/tp.out" 2>&1
+rc=$?
+[[ $rc -eq 1 ]] || { cat "$work/tp.out"; fail "tp: exit code $rc, want 1"; }
+n=$(grep -c "differ between the ranks of tensor-parallel group 0..1" "$work/tp.out")
+[[ $n -eq 1 ]] || { cat "$work/tp.out"; fail "tp: the message printed $n times, want once"; }
+[[ $((SECONDS - start)) -lt 20 ]] || fail "tp: took $((SECONDS - start)) s"
+echo "tp: exit 1: $(grep -m1 "tensor-parallel" "$work/tp.out")"
+
 # A checkpoint whose config.json is another model's: one copy of the error.
 sed 's/"kv_heads": 2,/"kv_heads": 2, "rope_theta": 500000,/' "$spec" >"$work/theta.json"
 "$bin/xmoec" compile "$work/theta.json" -o "$work/theta" --dp 2 --ep 2 >/dev/null || fail "compile theta"
