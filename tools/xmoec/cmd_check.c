@@ -20,6 +20,7 @@
 #include "frontend/spec.h"
 #include "support/diag.h"
 #include "support/status.h"
+#include "tools/xmoec/args.h"
 #include "tools/xmoec/commands.h"
 
 /* Sequence length used for the attention FLOPs when the spec has none (a
@@ -44,7 +45,14 @@ static void check_usage(FILE *out) {
 }
 
 /* Returns false (after a message) on bad flags. */
+static const xm_flag_t k_check_flags[] = {
+    {"--json", false},
+    {"--cluster", true},
+    {NULL, false}};
+
 static bool check_parse_args(int argc, char **argv, check_args_t *out) {
+  memset(out, 0, sizeof *out);
+  if (xm_args_check("check", argc, argv, k_check_flags)) return false;
   memset(out, 0, sizeof *out);
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
@@ -54,28 +62,28 @@ static bool check_parse_args(int argc, char **argv, check_args_t *out) {
       out->json = true;
     } else if (strcmp(a, "--cluster") == 0) {
       if (i + 1 >= argc) {
-        fprintf(stderr, "xmoec check: --cluster needs a file argument\n");
+        fprintf(stderr, "xmoec check: error: --cluster needs a file argument\n");
         return false;
       }
       out->cluster_path = argv[++i];
     } else if (strncmp(a, "--cluster=", 10) == 0) {
       out->cluster_path = a + 10;
     } else if (a[0] == '-' && a[1] != '\0') {
-      fprintf(stderr, "xmoec check: unknown option '%s'\n", a);
+      fprintf(stderr, "xmoec check: error: unknown option '%s'\n", a);
       return false;
     } else if (out->spec_path) {
-      fprintf(stderr, "xmoec check: more than one model file ('%s' and '%s')\n", out->spec_path, a);
+      fprintf(stderr, "xmoec check: error: more than one model file ('%s' and '%s')\n", out->spec_path, a);
       return false;
     } else {
       out->spec_path = a;
     }
   }
   if (!out->help && !out->spec_path) {
-    fprintf(stderr, "xmoec check: missing model file\n");
+    fprintf(stderr, "xmoec check: error: missing model file\n");
     return false;
   }
   if (out->cluster_path && !out->cluster_path[0]) {
-    fprintf(stderr, "xmoec check: --cluster needs a file argument\n");
+    fprintf(stderr, "xmoec check: error: --cluster needs a file argument\n");
     return false;
   }
   return true;

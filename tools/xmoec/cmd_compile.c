@@ -216,7 +216,31 @@ static bool layout_flag(int argc, char **argv, int *i, compile_args_t *a, int *o
 }
 
 /* Returns 0 to go on, else an exit code; *out_help after --help. */
+static const xm_flag_t k_compile_flags[] = {
+    {"--print-ir-after-all", false},
+    {"--timing", false},
+    {"--no-build", false},
+    {"--no-fuse", false},
+    {"--no-overlap", false},
+    {"--print-build-flags", false},
+    {"--emulate", false},
+    {"--ssmb", false},
+    {"--rbd", false},
+    {"--dp", true},
+    {"--tp", true},
+    {"--ep", true},
+    {"--zero", true},
+    {"--ranks-per-node", true},
+    {"--dispatch-bound", true},
+    {"--cluster", true},
+    {"--cc", true},
+    {"--target", true},
+    {"--gpu-arch", true},
+    {"-o", true},
+    {NULL, false}};
+
 static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *out_help) {
+  if (xm_args_check("compile", argc, argv, k_compile_flags)) return 2;
   for (int i = 0; i < argc; i++) {
     bool missing = false;
     const char *v;

@@ -48,7 +48,14 @@ static void inspect_usage(FILE *out) {
 }
 
 
+static const xm_flag_t k_inspect_flags[] = {
+    {"--format", true},
+    {"--cluster", true},
+    {"-o", true},
+    {NULL, false}};
+
 static int inspect_parse_args(int argc, char **argv, inspect_args_t *a, bool *out_help) {
+  if (xm_args_check("inspect", argc, argv, k_inspect_flags)) return 2;
   for (int i = 0; i < argc; i++) {
     bool missing = false;
     const char *v;

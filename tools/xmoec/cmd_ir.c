@@ -43,7 +43,14 @@ static void ir_usage(FILE *out) {
 
 
 /* Returns 0 to go on, else an exit code (2 bad flags, 0 after --help). */
+static const xm_flag_t k_ir_flags[] = {
+    {"--emit", true},
+    {"--cluster", true},
+    {"-o", true},
+    {NULL, false}};
+
 static int ir_parse_args(int argc, char **argv, ir_args_t *a, bool *out_help) {
+  if (xm_args_check("ir", argc, argv, k_ir_flags)) return 2;
   for (int i = 0; i < argc; i++) {
     bool missing = false;
     const char *v;

@@ -71,7 +71,17 @@ static bool switch_flag(const char *arg, opt_args_t *a) {
 }
 
 /* Returns 0 to go on, else the exit code; *out_help after --help. */
+static const xm_flag_t k_opt_flags[] = {
+    {"--print-ir-after-all", false},
+    {"--timing", false},
+    {"--no-verify", false},
+    {"--pipeline", true},
+    {"--emit", true},
+    {"-o", true},
+    {NULL, false}};
+
 static int opt_parse_args(int argc, char **argv, opt_args_t *a, bool *out_help) {
+  if (xm_args_check("opt", argc, argv, k_opt_flags)) return 2;
   for (int i = 0; i < argc; i++) {
     bool missing = false;
     const char *v;

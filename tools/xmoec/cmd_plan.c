@@ -110,7 +110,20 @@ static void plan_usage(FILE *out) {
 
 
 /* Returns 0 to go on, else the exit code (after a message). */
+static const xm_flag_t k_plan_flags[] = {
+    {"--json", false},
+    {"--max-model", false},
+    {"--cluster", true},
+    {"--top", true},
+    {"--global-batch", true},
+    {"--dispatch-bound", true},
+    {"--routing-nodes", true},
+    {"--routing", true},
+    {"--policy", true},
+    {NULL, false}};
+
 static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
+  if (xm_args_check("plan", argc, argv, k_plan_flags)) return 2;
   memset(a, 0, sizeof *a);
   a->top = PLAN_DEFAULT_TOP;
   a->policy = XM_POLICY_XMOEC;
