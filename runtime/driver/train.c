@@ -1100,10 +1100,13 @@ static void write_summary(const trainer_t *t, int64_t first) {
   } else if (!t->o.quiet) {
     char el[32];
     xm_rt_format_duration(t->elapsed, el, sizeof el);
-    printf("trained %" PRId64 " step%s (to step %" PRId64 "): final loss %.6f (ce %.6f, aux "
-           "%.6f), %.0f tokens/s, %s elapsed",
-           steps, steps == 1 ? "" : "s", t->step, t->last_loss, t->last_ce, t->last_loss - t->last_ce, t->tokens_per_s,
-           el);
+    if (steps == 0)
+      printf("trained no step (at step %" PRId64 ")", t->step);
+    else
+      printf("trained %" PRId64 " step%s (to step %" PRId64 "): final loss %.6f (ce %.6f, aux "
+             "%.6f), %.0f tokens/s, %s elapsed",
+             steps, steps == 1 ? "" : "s", t->step, t->last_loss, t->last_ce,
+             t->last_loss - t->last_ce, t->tokens_per_s, el);
     if (t->eval_batches) printf(", eval loss %.6f", t->eval_loss);
     if (t->last_ckpt) printf(", checkpoint %s", t->last_ckpt);
     printf("\n");
@@ -1210,10 +1213,16 @@ static xm_status_t run(trainer_t *t) {
   }
   print_banner(t, threads);
   int64_t first = t->step + 1;
-  if (first > t->o.steps && t->ctx.rank == 0 && !t->o.quiet)
-    fprintf(stderr,
-            "%s: the checkpoint is at step %" PRId64 ", --steps is %" PRId64 ": nothing to train\n",
-            t->prog, t->step, t->o.steps);
+  if (first > t->o.steps && t->ctx.rank == 0 && !t->o.quiet) {
+    if (t->resume_path)
+      fprintf(stderr,
+              "%s: the checkpoint is at step %" PRId64 ", --steps is %" PRId64
+              ": nothing to train\n",
+              t->prog, t->step, t->o.steps);
+    else
+      fprintf(stderr, "%s: --steps is 0: nothing to train%s\n", t->prog,
+              t->o.ckpt_dir ? "; the initial weights are saved" : "");
+  }
   watchdog_start(t);
   xm_status_t st = train_loop(t);
   if (st == XM_OK && t->o.batches) st = run_eval(t, t->o.batches);
@@ -1288,6 +1297,7 @@ int xm_rt_train_main(int argc, char **argv, const xm_rt_program_t *program) {
   const char *slash = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
   t.prog = slash ? slash + 1 : (argv && argv[0] ? argv[0] : "train");
   t.last_saved = -1;
+  t.last_loss = t.last_ce = NAN; /* no step yet: the summary's losses are null */
   xm_diag_init(&t.warnings);
   /* What is wrong with the input is the same on every rank as a rule: the
    * messages are kept, and once MPI runs, only the lowest rank that failed

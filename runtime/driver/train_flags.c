@@ -76,7 +76,8 @@ static const flag_info_t k_flags[F_COUNT_] = {
     [F_EVAL] = {"--eval", 0, NULL, "evaluate the checkpoint of --resume/--ckpt; no training"},
     [F_BATCHES] = {"--batches", 1, "N", "evaluation batches (with --eval; else after training)"},
     [F_JSON] = {"--json", 0, NULL, "print one JSON summary on stdout"},
-    [F_LOG] = {"--log", 1, "FILE", "append one JSON object per step to FILE"},
+    [F_LOG] = {"--log", 1, "FILE",
+               "one JSON object per step to FILE (truncated; appended to with --resume)"},
     [F_TRAFFIC] =
         {"--traffic", 1, "FILE",
          "write each step's rank-to-rank traffic per layer and phase to FILE (JSON lines)"},

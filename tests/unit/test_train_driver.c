@@ -632,6 +632,48 @@ static void test_resume_bit_identical(void **state) {
   cJSON_Delete(j);
   free(out);
   free(err);
+  /* The log rule: a new run truncates the file (the log of a resumed run,
+   * second.log, was appended to and holds 3 steps; a new run into it holds
+   * its own 2), a resumed run appends. */
+  rc = run_train((const char *[]){"--data", g_data, "--steps", "2", "--log", tpath("second.log"),
+                                  "--quiet", NULL},
+                 NULL, &err);
+  assert_int_equal(rc, 0);
+  free(err);
+  b2 = read_log(tpath("second.log"));
+  assert_int_equal(cJSON_GetArraySize(b2), 2);
+  assert_int_equal((int)num(cJSON_GetArrayItem(b2, 0), "step"), 1);
+  cJSON_Delete(b2);
+  rc = run_train((const char *[]){"--data", g_data, "--steps", "4", "--resume",
+                                  tpath("split/step-000003"), "--log", tpath("second.log"),
+                                  "--quiet", NULL},
+                 NULL, &err);
+  assert_int_equal(rc, 0);
+  free(err);
+  b2 = read_log(tpath("second.log"));
+  assert_int_equal(cJSON_GetArraySize(b2), 3);
+  assert_int_equal((int)num(cJSON_GetArrayItem(b2, 2), "step"), 4);
+  cJSON_Delete(b2);
+  /* --steps 0 on a fresh run: the initial checkpoint, no made-up loss (the
+   * text says no step was trained, the JSON's losses are null). */
+  rc = run_train((const char *[]){"--data", g_data, "--steps", "0", "--ckpt-dir",
+                                  tpath("zero"), NULL},
+                 &out, &err);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(err, "--steps is 0: nothing to train; the initial weights are saved"));
+  assert_non_null(strstr(out, "trained no step (at step 0), checkpoint "));
+  assert_null(strstr(out, "final loss"));
+  free(out);
+  free(err);
+  rc = run_train((const char *[]){"--data", g_data, "--steps", "0", "--json", NULL}, &out, &err);
+  assert_int_equal(rc, 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "final_loss")));
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "checkpoint")));
+  cJSON_Delete(j);
+  free(out);
+  free(err);
 }
 
 static void test_eval(void **state) {
