@@ -361,8 +361,31 @@ static bool read_value(const xm_spec_field_t *f, const cJSON *v, const char *ptr
   case XM_FIELD_STRING: type_ok = cJSON_IsString(v) && v->valuestring; break;
   }
   if (!type_ok) {
-    xm_diag_add(diag, XM_DIAG_ERROR, source, ptr, "expected %s, got %s", kind_name(f->kind),
-                json_type_name(v));
+    /* What the field is, and the fix when the value is merely quoted. */
+    const char *hint = "";
+    char *end = NULL;
+    if (cJSON_IsString(v) && v->valuestring[0] && (f->kind == XM_FIELD_INT ||
+                                                   f->kind == XM_FIELD_FLOAT ||
+                                                   f->kind == XM_FIELD_NULLABLE_FLOAT)) {
+      (void)strtod(v->valuestring, &end);
+      if (end && !*end) hint = "; write the number without quotes";
+    } else if (cJSON_IsString(v) && f->kind == XM_FIELD_BOOL &&
+               (strcmp(v->valuestring, "true") == 0 || strcmp(v->valuestring, "false") == 0)) {
+      hint = "; write true or false without quotes";
+    }
+    xm_diag_add(diag, XM_DIAG_ERROR, source, ptr, "expected %s (%s), got %s%s",
+                f->kind == XM_FIELD_ENUM ? "one of the names below" : kind_name(f->kind),
+                f->doc ? f->doc : f->key, json_type_name(v), hint);
+    if (f->kind == XM_FIELD_ENUM) {
+      xm_strbuf_t allowed;
+      xm_strbuf_init(&allowed);
+      for (int j = 0; f->enum_names[j]; j++) {
+        if (j) xm_strbuf_puts(&allowed, ", ");
+        xm_strbuf_put_quoted(&allowed, f->enum_names[j]);
+      }
+      xm_diag_add(diag, XM_DIAG_NOTE, source, ptr, "allowed: %s", xm_strbuf_cstr(&allowed));
+      xm_strbuf_free(&allowed);
+    }
     return false;
   }
   switch (f->kind) {

@@ -377,7 +377,9 @@ static xm_status_t open_token_file(xm_rt_data_t *d, xm_diag_t *diag) {
   }
   uint32_t version = read_u32(p + 8), bpt = read_u32(p + 12);
   if (version != 1) {
-    err_at(diag, d->path, 8, "unsupported token file version %u (expected 1)", version);
+    err_at(diag, d->path, 8,
+           "unsupported token file version %u (this xmoec reads version 1, docs/train.md)",
+           version);
     return XM_ERR_INVALID_INPUT;
   }
   if (bpt != 2 && bpt != 4) {
@@ -431,7 +433,10 @@ static xm_status_t megatron_header(const char *idx_path, const mapping_t *m, ele
   }
   uint64_t version = read_u64(p + 9);
   if (version != 1) {
-    err_at(diag, idx_path, 9, "unsupported index version %" PRIu64 " (expected 1)", version);
+    err_at(diag, idx_path, 9,
+           "unsupported index version %" PRIu64
+           " (Megatron's indexed datasets are version 1, the only one this xmoec reads)",
+           version);
     return XM_ERR_INVALID_INPUT;
   }
   XM_RETURN_IF_ERROR(megatron_dtype(idx_path, p[17], kind, diag));

@@ -42,7 +42,7 @@ static const bad_case_t kBad[] = {
      "/model/layers", "out of range [1, 1024]"},
     {"{\"model\":{\"vocab\":256,\"hidden\":\"128\",\"layers\":2,\"heads\":4,\"dense_ffn\":8}," TRAIN
      "}",
-     "/model/hidden", "expected an integer, got a string"},
+     "/model/hidden", "got a string; write the number without quotes"},
     {"{\"model\":{\"vocab\":256,\"hidden\":128,\"layers\":true,\"heads\":4,\"dense_ffn\":8}," TRAIN
      "}",
      "/model/layers", "got a boolean"},
