@@ -130,12 +130,6 @@ static const char *phase_of(const xm_ir_op_t *op) {
   return xm_ir_op_get_string(op, "phase", "fwd");
 }
 
-static bool is_step(const xm_ir_op_t *op) { return strcmp(phase_of(op), "step") == 0; }
-
-static bool is_declaration(const xm_ir_op_t *op) {
-  return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
-}
-
 /* The ABI's element types (runtime/abi/dtypes.def), found by the IR's name
  * of the dtype; a value of a dtype the ABI lacks is an error. */
 typedef struct {
@@ -1018,7 +1012,7 @@ static void emit_grad_norm(gen_t *g, const xm_ir_op_t *op) {
  * states emit nothing), or -1. */
 static int prev_code_op(const gen_t *g, int i) {
   while (--i >= 0)
-    if (!is_declaration(xm_ir_module_op(g->m, i))) return i;
+    if (!xm_ir_op_is_declaration(xm_ir_module_op(g->m, i))) return i;
   return -1;
 }
 
@@ -1030,7 +1024,7 @@ static bool adamw_continues(const gen_t *g, int i) {
   int j = prev_code_op(g, i);
   if (op->code != XM_OP_ADAMW || j < 0) return false;
   const xm_ir_op_t *prev = xm_ir_module_op(g->m, j);
-  return prev->code == XM_OP_ADAMW && is_step(prev) && prev->operands[4] == op->operands[4];
+  return prev->code == XM_OP_ADAMW && xm_ir_op_in_step(prev) && prev->operands[4] == op->operands[4];
 }
 
 /* adamw: a run of consecutive adamw ops that read the same norm_sq (the
@@ -1066,7 +1060,7 @@ static void emit_adamw(gen_t *g, const xm_ir_op_t *op) {
   }
   run[count++] = first;
   for (int i = first + 1; i < xm_ir_module_num_ops(g->m); i++) {
-    if (is_declaration(xm_ir_module_op(g->m, i))) continue;
+    if (xm_ir_op_is_declaration(xm_ir_module_op(g->m, i))) continue;
     if (!adamw_continues(g, i)) break;
     run[count++] = i;
   }
@@ -1209,7 +1203,7 @@ static void emit_op(gen_t *g, const xm_ir_op_t *op) {
   const bool async = xm_ir_op_get_bool(op, "async", false);
   const bool beside = xm_ir_op_get_bool(op, "beside", false);
   const bool comm = (xm_ir_opinfo(op->code)->flags & XM_OPF_COMM) != 0;
-  if ((last_micro || async) && (is_step(op) || !comm))
+  if ((last_micro || async) && (xm_ir_op_in_step(op) || !comm))
     gen_error(g, op, XM_ERR_INTERNAL, "%s has attr %s but is not a collective of the micro-batch",
               last_micro ? "last_micro" : "async");
   if (async && (last_micro || beside || g->pending))
@@ -1355,7 +1349,7 @@ static void emit_function(gen_t *g, const char *name, bool step) {
   }
   for (int i = 0; i < xm_ir_module_num_ops(g->m); i++) {
     const xm_ir_op_t *op = xm_ir_module_op(g->m, i);
-    if (is_declaration(op) || is_step(op) != step) continue;
+    if (xm_ir_op_is_declaration(op) || xm_ir_op_in_step(op) != step) continue;
     g->op_index = i;
     emit_op(g, op);
   }

@@ -400,3 +400,7 @@ void xm_ir_module_move_op(xm_ir_module_t *m, int from, int to) {
     memmove(m->ops + to + 1, m->ops + to, sizeof *m->ops * (size_t)(from - to));
   m->ops[to] = op;
 }
+
+bool xm_ir_op_in_step(const xm_ir_op_t *op) {
+  return strcmp(xm_ir_op_get_string(op, "phase", "fwd"), "step") == 0;
+}

@@ -241,6 +241,16 @@ double xm_ir_op_get_float(const xm_ir_op_t *op, const char *key, double dflt);
 bool xm_ir_op_get_bool(const xm_ir_op_t *op, const char *key, bool dflt);
 const char *xm_ir_op_get_string(const xm_ir_op_t *op, const char *key, const char *dflt);
 
+/* A param or state: a declaration of the persistent arena, run by neither
+ * function of the program. */
+static inline bool xm_ir_op_is_declaration(const xm_ir_op_t *op) {
+  return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
+}
+
+/* An op of the optimizer-step function (attr phase "step"; "fwd" when
+ * absent). */
+bool xm_ir_op_in_step(const xm_ir_op_t *op);
+
 /* Replaces every use of `from` by `to` (use counts updated). */
 void xm_ir_value_replace_uses(xm_ir_module_t *m, xm_ir_value_t *from, xm_ir_value_t *to);
 /* Sets operand i of op (use counts updated). */

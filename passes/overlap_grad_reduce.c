@@ -41,19 +41,11 @@
 
 #include "passes/pass.h"
 
-static bool is_step(const xm_ir_op_t *op) {
-  return strcmp(xm_ir_op_get_string(op, "phase", "fwd"), "step") == 0;
-}
-
-static bool is_declaration(const xm_ir_op_t *op) {
-  return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
-}
-
 /* A reduce_state or a ZeRO-1 reduce-scatter of the step on an f32 grad
  * state. */
 static bool candidate(const xm_ir_op_t *op) {
   if ((op->code != XM_OP_REDUCE_STATE && op->code != XM_OP_ZERO_REDUCE_SCATTER) ||
-      op->num_operands != 1 || !is_step(op))
+      op->num_operands != 1 || !xm_ir_op_in_step(op))
     return false;
   const xm_ir_value_t *s = op->operands[0];
   return s->def && s->def->code == XM_OP_STATE && s->type.dtype == XM_DT_F32 &&
@@ -82,7 +74,7 @@ static xm_status_t overlap_run(xm_ir_module_t *m, const xm_pass_options_t *optio
   int k = 0;
   for (int i = 0; i < n; i++) {
     const xm_ir_op_t *op = xm_ir_module_op(m, i);
-    if (is_declaration(op)) continue;
+    if (xm_ir_op_is_declaration(op)) continue;
     if (candidate(op)) {
       int id = op->operands[0]->id;
       if (last_micro[id] >= 0 && first_step[id] > i) { /* no earlier step op reads it */
@@ -94,7 +86,7 @@ static xm_status_t overlap_run(xm_ir_module_t *m, const xm_pass_options_t *optio
     }
     for (int j = 0; j < op->num_operands; j++) {
       int id = op->operands[j]->id;
-      if (!is_step(op))
+      if (!xm_ir_op_in_step(op))
         last_micro[id] = i;
       else if (first_step[id] > i)
         first_step[id] = i;

@@ -55,10 +55,6 @@
 
 enum { MAX_STATES = 4 };
 
-static bool is_declaration(const xm_ir_op_t *op) {
-  return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
-}
-
 static const char *phase_of(const xm_ir_op_t *op) {
   return xm_ir_op_get_string(op, "phase", "fwd");
 }
@@ -135,7 +131,7 @@ static bool needs(const ctx_t *c, const xm_ir_op_t *a, const xm_ir_op_t *b) {
 }
 
 static bool same_region(const xm_ir_op_t *a, const xm_ir_op_t *b) {
-  if (is_declaration(a)) return true; /* declarations carry no code: not a boundary */
+  if (xm_ir_op_is_declaration(a)) return true; /* declarations carry no code: not a boundary */
   if (strcmp(phase_of(a), phase_of(b)) != 0) return false;
   return xm_ir_op_get_int(a, "layer", -1) == xm_ir_op_get_int(b, "layer", -2);
 }
@@ -182,7 +178,7 @@ static int overlap_one(ctx_t *c, int pos, int *moved, bool *no_memory) {
    * (up to C) needs it. */
   for (int i = c0 - 1; i >= 0; i--) {
     xm_ir_op_t *op = xm_ir_module_op(m, lo + i);
-    if (is_declaration(op) || !movable(op)) {
+    if (xm_ir_op_is_declaration(op) || !movable(op)) {
       stay[i] = true;
       continue;
     }
@@ -193,7 +189,7 @@ static int overlap_one(ctx_t *c, int pos, int *moved, bool *no_memory) {
    * it; declarations are taken along only for the ops that move. */
   for (int i = c0 + 1; i < w; i++) {
     xm_ir_op_t *op = xm_ir_module_op(m, lo + i);
-    if (is_declaration(op)) {
+    if (xm_ir_op_is_declaration(op)) {
       stay[i] = true; /* for now: taken along below when a moving op reads it */
       continue;
     }
@@ -203,21 +199,21 @@ static int overlap_one(ctx_t *c, int pos, int *moved, bool *no_memory) {
     }
     for (int j = c0; j < i && !stay[i]; j++) {
       const xm_ir_op_t *s = xm_ir_module_op(m, lo + j);
-      if (stay[j] && !is_declaration(s) && needs(c, s, op)) stay[i] = true;
+      if (stay[j] && !xm_ir_op_is_declaration(s) && needs(c, s, op)) stay[i] = true;
     }
   }
   for (int i = c0 + 1; i < w; i++) {
     xm_ir_op_t *op = xm_ir_module_op(m, lo + i);
-    if (stay[i] || is_declaration(op)) continue;
+    if (stay[i] || xm_ir_op_is_declaration(op)) continue;
     for (int k = 0; k < op->num_operands; k++)
       for (int j = c0 + 1; j < i; j++)
-        if (is_declaration(xm_ir_module_op(m, lo + j)) &&
+        if (xm_ir_op_is_declaration(xm_ir_module_op(m, lo + j)) &&
             op->operands[k]->def == xm_ir_module_op(m, lo + j))
           stay[j] = false;
   }
   int code = 0;
   for (int i = 0; i < w; i++)
-    if (!stay[i] && !is_declaration(xm_ir_module_op(m, lo + i))) code++;
+    if (!stay[i] && !xm_ir_op_is_declaration(xm_ir_module_op(m, lo + i))) code++;
   if (code == 0) {
     free(order), free(stay);
     return -1;

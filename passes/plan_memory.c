@@ -141,10 +141,6 @@ static bool type_bytes(const xm_ir_type_t *t, int64_t align, int64_t *out) {
   return true;
 }
 
-static bool is_persistent_op(const xm_ir_op_t *op) {
-  return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
-}
-
 static int category_of(const xm_ir_op_t *op) {
   if (op->code == XM_OP_PARAM) return CAT_WEIGHTS;
   if (op->code != XM_OP_STATE) return CAT_NONE;
@@ -202,7 +198,7 @@ static xm_status_t make_buffers(plan_t *p) {
                       .start = p->op_pos[i],
                       .end = p->op_pos[i],
                       .arena =
-                          is_persistent_op(op) ? XM_MEM_ARENA_PERSISTENT : XM_MEM_ARENA_ACTIVATION};
+                          xm_ir_op_is_declaration(op) ? XM_MEM_ARENA_PERSISTENT : XM_MEM_ARENA_ACTIVATION};
       if (b->is_input && b->phase != PHASE_STEP) b->start = 0;
       p->val_buf[v->id] = p->num_bufs++;
     }

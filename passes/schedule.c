@@ -35,7 +35,7 @@
 enum { GROUP_DECL = 0, GROUP_MICRO = 1, GROUP_STEP = 2, GROUP_RETURN = 3 };
 
 static int group_of(const xm_ir_op_t *op) {
-  if (op->code == XM_OP_PARAM || op->code == XM_OP_STATE) return GROUP_DECL;
+  if (xm_ir_op_is_declaration(op)) return GROUP_DECL;
   if (op->code == XM_OP_RETURN) return GROUP_RETURN;
   const char *phase = xm_ir_op_get_string(op, "phase", "fwd");
   return strcmp(phase, "step") == 0 ? GROUP_STEP : GROUP_MICRO;

@@ -142,7 +142,7 @@ static void check_ops(check_t *c) {
   for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
     const xm_ir_op_t *op = xm_ir_module_op(m, i);
     const char *name = xm_ir_opinfo(op->code)->name;
-    if (op->code != XM_OP_PARAM && op->code != XM_OP_STATE) {
+    if (!xm_ir_op_is_declaration(op)) {
       const char *phase = xm_ir_op_get_string(op, "phase", "fwd");
       if (strcmp(phase, "step") == 0 && op->code != XM_OP_RETURN)
         step++;

@@ -626,10 +626,6 @@ static xm_ins_phase_t phase_of(const xm_ir_op_t *op) {
   return strcmp(p, "bwd") == 0 ? XM_INS_BWD : strcmp(p, "step") == 0 ? XM_INS_STEP : XM_INS_FWD;
 }
 
-static bool is_declaration(const xm_ir_op_t *op) {
-  return op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
-}
-
 /* Ops in the order the generated program runs them. */
 static xm_status_t collect_ops(xm_inspect_t *ins) {
   const xm_ir_module_t *m = ins->m;
@@ -639,7 +635,7 @@ static xm_status_t collect_ops(xm_inspect_t *ins) {
   for (int pass = 0; pass < 2; pass++) {
     for (int i = 0; i < n; i++) {
       const xm_ir_op_t *op = xm_ir_module_op(m, i);
-      if (is_declaration(op) || (phase_of(op) == XM_INS_STEP) != (pass == 1)) continue;
+      if (xm_ir_op_is_declaration(op) || (phase_of(op) == XM_INS_STEP) != (pass == 1)) continue;
       xm_ins_op_t *o = &ins->ops[ins->num_ops++];
       o->index = i;
       o->op = op;

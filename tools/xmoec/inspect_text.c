@@ -273,7 +273,7 @@ void xm_inspect_dot(const xm_inspect_t *ins, xm_strbuf_t *out) {
   for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
     const xm_ir_op_t *op = xm_ir_module_op(m, i);
     xm_strbuf_clear(&label);
-    bool decl = op->code == XM_OP_PARAM || op->code == XM_OP_STATE;
+    bool decl = xm_ir_op_is_declaration(op);
     for (int j = 0; j < op->num_results; j++) {
       def[op->results[j]->id] = i;
       num[op->results[j]->id] = next++;
