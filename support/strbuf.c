@@ -149,8 +149,9 @@ int xm_read_stream_limit(FILE *f, size_t limit, char **out_data, size_t *out_len
   return 0;
 }
 
-int xm_read_file_limit(const char *path, size_t limit, char **out_data, size_t *out_len) {
-  /* O_NONBLOCK: opening a FIFO returns at once (to be refused below). */
+int xm_open_regular(const char *path, size_t limit, int *out_fd, size_t *out_size,
+                    struct timespec *out_mtime) {
+  *out_fd = -1;
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return errno ? errno : EIO;
   struct stat st;
@@ -163,9 +164,23 @@ int xm_read_file_limit(const char *path, size_t limit, char **out_data, size_t *
     err = XM_READ_NOT_REGULAR;
   else if ((uint64_t)st.st_size > (uint64_t)limit)
     err = XM_READ_TOO_LARGE;
-  FILE *f = err ? NULL : fdopen(fd, "rb");
+  if (err) {
+    close(fd);
+    return err;
+  }
+  *out_fd = fd;
+  if (out_size) *out_size = (size_t)st.st_size;
+  if (out_mtime) *out_mtime = st.st_mtim;
+  return 0;
+}
+
+int xm_read_file_limit(const char *path, size_t limit, char **out_data, size_t *out_len) {
+  int fd;
+  int err = xm_open_regular(path, limit, &fd, NULL, NULL);
+  if (err) return err;
+  FILE *f = fdopen(fd, "rb");
   if (!f) {
-    if (!err) err = errno ? errno : EIO;
+    err = errno ? errno : EIO;
     close(fd);
     return err;
   }

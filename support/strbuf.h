@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <time.h>
 
 typedef struct {
   char *data; /* owned; NUL-terminated; NULL until the first append */
@@ -56,6 +57,15 @@ enum {
  * while it is read) XM_READ_TOO_LARGE. Returns 0 on success, else that
  * code or errno. */
 int xm_read_file_limit(const char *path, size_t limit, char **out_data, size_t *out_len);
+/* The open and the checks of kind and size that every reader of a file
+ * makes (the whole-file reads above, the mapped data and safetensors
+ * files): opened read-only with O_NONBLOCK (a FIFO opens at once, to be
+ * refused), then fstat: a directory is EISDIR, anything but a regular file
+ * XM_READ_NOT_REGULAR, more than `limit` bytes XM_READ_TOO_LARGE (SIZE_MAX:
+ * no limit). Returns 0 with *out_fd open and *out_size its size, else the
+ * error (nothing left open). */
+int xm_open_regular(const char *path, size_t limit, int *out_fd, size_t *out_size,
+                    struct timespec *out_mtime);
 /* xm_read_file_limit with XM_READ_LIMIT_TEXT. */
 int xm_read_file(const char *path, char **out_data, size_t *out_len);
 /* The same from an open stream (stdin), bounded the same way. */

@@ -172,34 +172,31 @@ static xm_status_t map_file(const char *path, xm_diag_t *diag, mapping_t *out) {
   out->len = 0;
   out->fd = -1;
   out->guard = -1;
-  /* O_NONBLOCK: a FIFO opens at once, to be refused below. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot open: %s", strerror(errno));
+  int fd;
+  size_t size = 0;
+  struct timespec mtime;
+  int err = xm_open_regular(path, SIZE_MAX, &fd, &size, &mtime);
+  if (err) {
+    char why[160];
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s%s",
+                err == EISDIR || err == XM_READ_NOT_REGULAR ? "" : "cannot open: ",
+                err == EISDIR ? "is a directory, not a data file"
+                              : xm_read_error(err, SIZE_MAX, why, sizeof why));
     return XM_ERR_IO;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s",
-                S_ISDIR(st.st_mode) ? "is a directory, not a data file"
-                                    : "not a regular file (a FIFO, a device or a socket is not "
-                                      "read)");
-    close(fd);
-    return XM_ERR_IO;
-  }
-  if (st.st_size > 0) {
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (size > 0) {
+    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot map: %s", strerror(errno));
       close(fd);
       return XM_ERR_IO;
     }
     out->ptr = p;
-    out->len = (size_t)st.st_size;
+    out->len = size;
     out->guard = guard_add(out->ptr, out->len, path);
   }
   out->fd = fd;
-  out->mtime = st.st_mtim;
+  out->mtime = mtime;
   return XM_OK;
 }
 

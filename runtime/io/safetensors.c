@@ -580,22 +580,17 @@ xm_status_t xm_st_parse(const char *path, const void *bytes, size_t size, xm_dia
 
 xm_status_t xm_st_open(const char *path, xm_diag_t *diag, xm_st_file_t *out_file) {
   memset(out_file, 0, sizeof *out_file);
-  /* O_NONBLOCK: a FIFO opens at once, to be refused below. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot open: %s", strerror(errno));
+  int fd;
+  size_t size = 0;
+  int err = xm_open_regular(path, SIZE_MAX, &fd, &size, NULL);
+  if (err) {
+    char why[160];
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s%s",
+                err == EISDIR || err == XM_READ_NOT_REGULAR ? "" : "cannot open: ",
+                err == EISDIR ? "is a directory, not a safetensors file"
+                              : xm_read_error(err, SIZE_MAX, why, sizeof why));
     return XM_ERR_IO;
   }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s",
-                S_ISDIR(sb.st_mode) ? "is a directory, not a safetensors file"
-                                    : "not a regular file (a FIFO, a device or a socket is not "
-                                      "read)");
-    close(fd);
-    return XM_ERR_IO;
-  }
-  size_t size = (size_t)sb.st_size;
   void *map = NULL;
   if (size > 0) {
     map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
