@@ -1259,6 +1259,17 @@ static void cleanup(trainer_t *t) {
   if (t->have_ctx) xm_rt_context_destroy(&t->ctx);
 }
 
+/* Whether a launcher (mpirun, srun with PMI/PMIx) started this process as
+ * one rank of a job; false for a plain `out/train ...`. */
+static bool launched_by_mpirun(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return true;
+  }
+  return false;
+}
+
 /* The input checks of every rank agreed on: the worst status wins, and the
  * lowest rank that failed prints its messages, each line prefixed with its
  * rank when there are several ranks. */
@@ -1309,6 +1320,10 @@ int xm_rt_train_main(int argc, char **argv, const xm_rt_program_t *program) {
   if (err) fclose(err);
   if (st == XM_OK && t.o.help) {
     xm_rt_train_print_usage(stdout, t.prog, program);
+  } else if (st != XM_OK && !launched_by_mpirun()) {
+    /* One process that no launcher started: nothing to agree with, so the
+     * messages go out without the cost of starting MPI (about 0.3 s). */
+    if (msgs_len) fputs(msgs, stderr);
   } else {
     xm_status_t cs = xm_rt_context_create(&argc, &argv, &t.ctx);
     t.have_ctx = cs == XM_OK;

@@ -270,7 +270,7 @@ static const char *closest_flag(const char *name) {
   int best_d = 4; /* suggest only close misspellings */
   for (int i = 0; i < F_COUNT_; i++) {
     int d = xm_edit_distance(name, k_flags[i].name);
-    if (d < best_d) {
+    if (d < best_d && (size_t)d * 3 <= strlen(name)) { /* as xmoec's commands do */
       best_d = d;
       best = k_flags[i].name;
     }
