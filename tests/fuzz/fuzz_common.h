@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_common.h — what the three libFuzzer harnesses share.
+/* tests/fuzz/fuzz_common.h — what the libFuzzer harnesses share.
  *
  * libFuzzer writes every new interesting input into the first corpus folder
  * on its command line. ctest passes the seed corpus in the source tree
