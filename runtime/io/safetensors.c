@@ -329,6 +329,10 @@ static char *dup_str(const char *s) {
 
 static void parse_metadata(xm_st_file_t *f, const cJSON *md, xm_diag_t *diag) {
   if (cJSON_IsNull(md)) return;
+  if (f->meta_keys) { /* a second "__metadata__" (found by tests/fuzz/fuzz_safetensors.c) */
+    xm_diag_add(diag, XM_DIAG_ERROR, f->path, "__metadata__", "given more than once");
+    return;
+  }
   if (!cJSON_IsObject(md)) {
     xm_diag_add(diag, XM_DIAG_ERROR, f->path, "__metadata__", "must be an object of strings");
     return;
