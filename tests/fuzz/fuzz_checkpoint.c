@@ -9,12 +9,15 @@
  * checkpoint's trainer_state.json, model.safetensors.index.json and
  * config.json (a part left out keeps the valid file); then the checkpoint
  * is loaded with its optimizer state. Properties: the load returns OK or
- * an error; an error has at least one error message; and after an error
- * the persistent arena is exactly as it was (nothing is copied before
- * everything is checked). A violation aborts so libFuzzer keeps the input.
+ * an error; an error has at least one error message naming a file (the
+ * user must learn which file to fix); and after an error the persistent
+ * arena is exactly as it was and the train state is zeroed (nothing is
+ * copied before everything is checked). A violation aborts so libFuzzer
+ * keeps the input.
  */
 #define _GNU_SOURCE
 #include <ftw.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,8 +190,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   xm_status_t s = xm_rt_checkpoint_load(&g_exec, dir, true, &st, &diag);
   free(dir);
   if (s != XM_OK) {
-    if (xm_diag_error_count(&diag) == 0) {
-      fprintf(stderr, "fuzz_checkpoint: load failed (%d) without an error message\n", (int)s);
+    bool named = false;
+    for (int i = 0; i < diag.count; i++)
+      named |= diag.entries[i].level == XM_DIAG_ERROR && diag.entries[i].file != NULL;
+    if (!named) {
+      fprintf(stderr, "fuzz_checkpoint: load failed (%d) without an error naming a file\n", (int)s);
+      xm_diag_print(&diag, stderr);
+      abort();
+    }
+    const xm_rt_train_state_t zero = {0};
+    if (memcmp(&st, &zero, sizeof st) != 0) {
+      fprintf(stderr, "fuzz_checkpoint: a failed load left a train state\n");
       abort();
     }
     if (memcmp(g_before, g_exec.persist, (size_t)g_program.persistent_bytes) != 0) {

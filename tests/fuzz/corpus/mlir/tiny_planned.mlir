@@ -1,0 +1,10 @@
+"builtin.module"() <{sym_name = "tiny"}> ({
+  %0 = "xmoe.input"() {mem = array<i64: 1, 32768, 512>, name = "tokens"} : () -> tensor<2x64xi32> loc(#loc1)
+  %1 = "xmoe.param"() {init = "normal", mem = array<i64: 0, 0, 65536>, name = "model.embed_tokens.weight", std = 2.000000e-02 : f64} : () -> tensor<256x64xf32> loc(#loc2)
+  %2 = "xmoe.embedding"(%0, %1) {mem = array<i64: 1, 0, 32768>} : (tensor<2x64xi32>, tensor<256x64xf32>) -> tensor<2x64x64xf32> loc(#loc3)
+  "xmoe.return"(%2) : (tensor<2x64x64xf32>) -> () loc(#loc)
+}) {xmoe.mem_activation_bytes = 33280 : i64, xmoe.mem_activations = 33280 : i64, xmoe.mem_grads = 0 : i64, xmoe.mem_inputs = 512 : i64, xmoe.mem_optimizer = 0 : i64, xmoe.mem_persistent_bytes = 65536 : i64, xmoe.mem_weights = 65536 : i64, xmoe.mem_workspace = 0 : i64} : () -> () loc(#loc)
+#loc = loc(unknown)
+#loc1 = loc("/training/seq_len")
+#loc2 = loc("/model/vocab")
+#loc3 = loc("/model/hidden")
