@@ -199,14 +199,6 @@ static const cJSON *hf_get(hf_ctx_t *c, const char *key) {
   return cJSON_IsNull(v) ? NULL : v;
 }
 
-/* "; write the number without quotes" when a string holds a number. */
-static const char *hf_quoted_hint(const cJSON *v) {
-  if (!cJSON_IsString(v) || !v->valuestring[0]) return "";
-  char *end = NULL;
-  (void)strtod(v->valuestring, &end);
-  return end && !*end ? "; write the number without quotes" : "";
-}
-
 /* Integer field in [min, HF_SIZE_MAX]. A missing required field is an error;
  * a missing optional one yields `dflt`. */
 static int64_t hf_int(hf_ctx_t *c, const char *key, bool required, int64_t min, int64_t dflt) {
@@ -218,7 +210,7 @@ static int64_t hf_int(hf_ctx_t *c, const char *key, bool required, int64_t min, 
   }
   if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
     hf_error(c, key, "expected an integer, got %s%s",
-             cJSON_IsNumber(v) ? "a fraction" : hf_type_name(v), hf_quoted_hint(v));
+             cJSON_IsNumber(v) ? "a fraction" : hf_type_name(v), xm_spec_quoted_hint(v, false));
     return dflt;
   }
   double d = v->valuedouble, max = hf_limit(key, (double)HF_SIZE_MAX);
@@ -235,7 +227,7 @@ static double hf_real(hf_ctx_t *c, const char *key, bool positive, double dflt) 
   const cJSON *v = hf_get(c, key);
   if (!v) return dflt;
   if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-    hf_error(c, key, "expected a number, got %s%s", hf_type_name(v), hf_quoted_hint(v));
+    hf_error(c, key, "expected a number, got %s%s", hf_type_name(v), xm_spec_quoted_hint(v, false));
     return dflt;
   }
   if (positive ? v->valuedouble <= 0 : v->valuedouble < 0) {

@@ -300,6 +300,17 @@ static const char *kind_name(xm_field_kind_t k) {
   return "?";
 }
 
+const char *xm_spec_quoted_hint(const cJSON *v, bool want_bool) {
+  if (!cJSON_IsString(v) || !v->valuestring[0]) return "";
+  if (want_bool)
+    return strcmp(v->valuestring, "true") == 0 || strcmp(v->valuestring, "false") == 0
+               ? "; write true or false without quotes"
+               : "";
+  char *end = NULL;
+  (void)strtod(v->valuestring, &end);
+  return end && !*end ? "; write the number without quotes" : "";
+}
+
 static bool read_enum(const xm_spec_field_t *f, const cJSON *v, const char *ptr, const char *source,
                       xm_diag_t *diag, xm_spec_t *spec) {
   for (int j = 0; f->enum_names[j]; j++)
@@ -362,17 +373,10 @@ static bool read_value(const xm_spec_field_t *f, const cJSON *v, const char *ptr
   }
   if (!type_ok) {
     /* What the field is, and the fix when the value is merely quoted. */
-    const char *hint = "";
-    char *end = NULL;
-    if (cJSON_IsString(v) && v->valuestring[0] && (f->kind == XM_FIELD_INT ||
-                                                   f->kind == XM_FIELD_FLOAT ||
-                                                   f->kind == XM_FIELD_NULLABLE_FLOAT)) {
-      (void)strtod(v->valuestring, &end);
-      if (end && !*end) hint = "; write the number without quotes";
-    } else if (cJSON_IsString(v) && f->kind == XM_FIELD_BOOL &&
-               (strcmp(v->valuestring, "true") == 0 || strcmp(v->valuestring, "false") == 0)) {
-      hint = "; write true or false without quotes";
-    }
+    const char *hint = f->kind == XM_FIELD_INT || f->kind == XM_FIELD_FLOAT ||
+                               f->kind == XM_FIELD_NULLABLE_FLOAT || f->kind == XM_FIELD_BOOL
+                           ? xm_spec_quoted_hint(v, f->kind == XM_FIELD_BOOL)
+                           : "";
     xm_diag_add(diag, XM_DIAG_ERROR, source, ptr, "expected %s (%s), got %s%s",
                 f->kind == XM_FIELD_ENUM ? "one of the names below" : kind_name(f->kind),
                 f->doc ? f->doc : f->key, json_type_name(v), hint);

@@ -60,6 +60,12 @@ typedef struct {
   const char *doc;               /* one line of meaning */
 } xm_spec_field_t;
 
+/* The fix for a value that is right but quoted ("; write the number
+ * without quotes" for "4" where a number is meant, "; write true or false
+ * without quotes" for "true" where a boolean is), "" otherwise: for the
+ * type errors of specs and HF configs alike. */
+const char *xm_spec_quoted_hint(const cJSON *v, bool want_bool);
+
 int xm_spec_field_count(void);
 /* Borrowed descriptor i, 0 <= i < xm_spec_field_count(). */
 const xm_spec_field_t *xm_spec_field_get(int i);

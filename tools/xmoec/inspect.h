@@ -93,6 +93,9 @@ xm_status_t xm_inspect_load(const char *dir, const char *cluster, xm_diag_t *dia
                             xm_inspect_t *out);
 void xm_inspect_free(xm_inspect_t *ins);
 
+/* DIR/NAME (one slash between), owned by the caller. */
+char *xm_inspect_path(const char *dir, const char *name);
+
 /* Checks the files of OUT against each other and against the limits of a
  * compiled program (inspect_check.c lists what); called by xm_inspect_load
  * once the module's layout, batch and memory report are read, before any

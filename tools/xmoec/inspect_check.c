@@ -49,15 +49,6 @@ typedef struct {
   int errors;
 } check_t;
 
-static char *path_of(const char *dir, const char *name) {
-  xm_strbuf_t b;
-  xm_strbuf_init(&b);
-  xm_strbuf_puts(&b, dir);
-  if (b.len == 0 || b.data[b.len - 1] != '/') xm_strbuf_puts(&b, "/");
-  xm_strbuf_puts(&b, name);
-  return xm_strbuf_take(&b);
-}
-
 #define FAIL(file, ...)                                                                            \
   do {                                                                                             \
     xm_diag_add(c->diag, XM_DIAG_ERROR, (file), NULL, __VA_ARGS__);                                \
@@ -99,10 +90,10 @@ static void check_module_attrs(check_t *c) {
   module_int(c, "par_rbd", 0, 0, 1, "redundancy-bypassing dispatch: 0 or 1");
   module_int(c, "par_zero", 0, 0, 1, "ZeRO stage: 0 or 1");
   int64_t rpn = module_int(c, "par_rpn", 0, 0, wmax, "ranks per node, 0 when unknown");
-  int64_t ga = module_int(c, "grad_accum", 1, 1, (int64_t)1 << 24, "micro-batches per step");
+  module_int(c, "grad_accum", 1, 1, (int64_t)1 << 24, "micro-batches per step");
   module_int(c, "micro_batch", 0, 1, (int64_t)1 << 16, "sequences per rank per micro-batch");
   module_int(c, "seq_len", 0, 1, (int64_t)1 << 22, "tokens per sequence");
-  int64_t layers = module_int(c, "layers", 0, 1, 1024, "decoder layers");
+  module_int(c, "layers", 0, 1, 1024, "decoder layers");
   int64_t experts = module_int(c, "experts", 0, 0, 4096, "routed experts");
   int64_t top_k = module_int(c, "top_k", 1, 1, 64, "experts per token");
   if (c->errors) return;
@@ -121,8 +112,6 @@ static void check_module_attrs(check_t *c) {
   if (experts > 0 && experts % l->ep != 0)
     FAIL(c->xir, "par_ep = %" PRId64 " does not divide the routed experts (experts = %" PRId64 ")",
          l->ep, experts);
-  (void)ga;
-  (void)layers;
 }
 
 static int64_t value_bytes(const xm_ir_value_t *v) {
@@ -358,9 +347,9 @@ xm_status_t xm_inspect_check(const xm_inspect_t *ins, const cJSON *manifest, con
                              xm_diag_t *diag) {
   check_t c = {.ins = ins,
                .diag = diag,
-               .xir = path_of(ins->dir, "model.xir"),
-               .manifest = path_of(ins->dir, "manifest.json"),
-               .config = path_of(ins->dir, "config.json")};
+               .xir = xm_inspect_path(ins->dir, "model.xir"),
+               .manifest = xm_inspect_path(ins->dir, "manifest.json"),
+               .config = xm_inspect_path(ins->dir, "config.json")};
   check_module_attrs(&c);
   if (!c.errors) check_ops(&c);
   if (!c.errors) check_manifest(&c, manifest);

@@ -89,7 +89,7 @@ void xm_inspect_put_seconds(xm_strbuf_t *out, double s) {
 
 /* ---- files ------------------------------------------------------------- */
 
-static char *join(const char *dir, const char *name) {
+char *xm_inspect_path(const char *dir, const char *name) {
   xm_strbuf_t b;
   xm_strbuf_init(&b);
   xm_strbuf_puts(&b, dir);
@@ -101,7 +101,7 @@ static char *join(const char *dir, const char *name) {
 /* Reads OUT/name; a message naming the file when it cannot. */
 static xm_status_t read_out_file(const char *dir, const char *name, xm_diag_t *diag, char **text,
                                  size_t *len, char **out_path) {
-  char *path = join(dir, name);
+  char *path = xm_inspect_path(dir, name);
   int err = xm_read_file_limit(path, XM_READ_LIMIT_IR, text, len);
   if (err) {
     char why[160];
