@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,18 @@ const char *xm_read_error(int err, size_t limit, char *buf, size_t n) {
     snprintf(buf, n, "is a directory, not a file");
   else
     snprintf(buf, n, "%s", strerror(err));
+  return buf;
+}
+
+const char *xm_open_error(int err, size_t limit, const char *kind, char *buf, size_t n) {
+  if (err == EISDIR) {
+    snprintf(buf, n, "is a directory, not a %s", kind);
+    return buf;
+  }
+  char why[160];
+  xm_read_error(err, limit, why, sizeof why);
+  bool refused = err == XM_READ_NOT_REGULAR || err == XM_READ_TOO_LARGE;
+  snprintf(buf, n, "%s%s", refused ? "" : "cannot open: ", why);
   return buf;
 }
 

@@ -73,6 +73,10 @@ int xm_read_stream_limit(FILE *f, size_t limit, char **out_data, size_t *out_len
 /* What an error of the readers above means, for a message ("cannot read:
  * <this>"); the limit is the one the read was given. Returns buf. */
 const char *xm_read_error(int err, size_t limit, char *buf, size_t n);
+/* The whole message for an error of xm_open_regular on a file of `kind`
+ * ("data file", "safetensors file"): "is a directory, not a <kind>", the
+ * kind or size refusal as above, or "cannot open: <reason>". Returns buf. */
+const char *xm_open_error(int err, size_t limit, const char *kind, char *buf, size_t n);
 
 /* The offset of the first byte of p[0..n) that is not valid UTF-8 (an
  * invalid or overlong sequence, a surrogate, a code point past U+10FFFF, a

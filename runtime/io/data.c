@@ -125,7 +125,9 @@ static int g_guard_installed;
 
 static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
   (void)ctx;
-  const unsigned char *a = si ? (const unsigned char *)si->si_addr : NULL;
+  /* Only a fault the kernel raised carries an address (si_code > 0); a
+   * SIGBUS sent by kill or raise is never ours. */
+  const unsigned char *a = si && si->si_code > 0 ? (const unsigned char *)si->si_addr : NULL;
   for (int i = 0; a && i < GUARDS; i++)
     if (g_guard[i].lo && a >= g_guard[i].lo && a < g_guard[i].hi) {
       ssize_t w = write(2, g_guard[i].msg, g_guard[i].len);
@@ -177,11 +179,9 @@ static xm_status_t map_file(const char *path, xm_diag_t *diag, mapping_t *out) {
   struct timespec mtime;
   int err = xm_open_regular(path, SIZE_MAX, &fd, &size, &mtime);
   if (err) {
-    char why[160];
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s%s",
-                err == EISDIR || err == XM_READ_NOT_REGULAR ? "" : "cannot open: ",
-                err == EISDIR ? "is a directory, not a data file"
-                              : xm_read_error(err, SIZE_MAX, why, sizeof why));
+    char why[200];
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s",
+                xm_open_error(err, SIZE_MAX, "data file", why, sizeof why));
     return XM_ERR_IO;
   }
   if (size > 0) {

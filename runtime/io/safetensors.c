@@ -588,11 +588,9 @@ xm_status_t xm_st_open(const char *path, xm_diag_t *diag, xm_st_file_t *out_file
   size_t size = 0;
   int err = xm_open_regular(path, SIZE_MAX, &fd, &size, NULL);
   if (err) {
-    char why[160];
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s%s",
-                err == EISDIR || err == XM_READ_NOT_REGULAR ? "" : "cannot open: ",
-                err == EISDIR ? "is a directory, not a safetensors file"
-                              : xm_read_error(err, SIZE_MAX, why, sizeof why));
+    char why[200];
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "%s",
+                xm_open_error(err, SIZE_MAX, "safetensors file", why, sizeof why));
     return XM_ERR_IO;
   }
   void *map = NULL;

@@ -2,18 +2,18 @@
  * loader (runtime/io/checkpoint.h) on hostile trainer_state.json,
  * model.safetensors.index.json and config.json.
  *
- * On first use a valid sharded checkpoint of a small hand-built program
- * (an embedding, three stacked experts, a norm, their AdamW moments, an
- * i32 load accumulator) is saved into a temporary directory. Each input is
- * split at the line "=====" into up to three parts, written as that
- * checkpoint's trainer_state.json, model.safetensors.index.json and
- * config.json (a part left out keeps the valid file); then the checkpoint
- * is loaded with its optimizer state. Properties: the load returns OK or
- * an error; an error has at least one error message naming a file (the
- * user must learn which file to fix); and after an error the persistent
- * arena is exactly as it was and the train state is zeroed (nothing is
- * copied before everything is checked). A violation aborts so libFuzzer
- * keeps the input.
+ * On first use a valid sharded checkpoint of the hand-built program of
+ * tests/unit/toy_program.h (an embedding, three stacked experts, a router
+ * bias, a norm, their grads and AdamW moments, an i32 load accumulator)
+ * is saved into a temporary directory. Each input is split at the line
+ * "=====" into up to three parts, written as that checkpoint's
+ * trainer_state.json, model.safetensors.index.json and config.json (a part
+ * left out keeps the valid file); then the checkpoint is loaded with its
+ * optimizer state. Properties: the load returns OK or an error; an error
+ * has at least one error message naming a file (the user must learn which
+ * file to fix); and after an error the persistent arena is exactly as it
+ * was and the train state is zeroed (nothing is copied before everything
+ * is checked). A violation aborts so libFuzzer keeps the input.
  */
 #define _GNU_SOURCE
 #include <ftw.h>
@@ -33,34 +33,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-enum { V = 5, H = 4, E = 3, F = 2 };
-#define EXPERT "model.layers.0.mlp.experts.{e}.gate_proj.weight"
+#include "tests/unit/toy_program.h"
 
-#define T_(n, c, d, p, r, ...)                                                                     \
-  {                                                                                                \
-    .name = n, .category = c, .dtype = d, .rank = r, .dims = {__VA_ARGS__}, .persistent = 1,       \
-    .trainable = 1, .param = p                                                                     \
-  }
-
-/* clang-format off */
-static xm_rt_tensor_t g_tensors[] = {
-    T_("model.embed_tokens.weight",            XM_RT_CAT_WEIGHTS,   XM_RT_F32, -1, 2, V, H),
-    T_(EXPERT,                                 XM_RT_CAT_WEIGHTS,   XM_RT_F32, -1, 3, E, F, H),
-    T_("model.norm.weight",                    XM_RT_CAT_WEIGHTS,   XM_RT_F32, -1, 1, H),
-    T_("model.embed_tokens.weight.grad",       XM_RT_CAT_GRADS,     XM_RT_F32, 0, 2, V, H),
-    T_("model.embed_tokens.weight.exp_avg",    XM_RT_CAT_OPTIMIZER, XM_RT_F32, 0, 2, V, H),
-    T_("model.embed_tokens.weight.exp_avg_sq", XM_RT_CAT_OPTIMIZER, XM_RT_F32, 0, 2, V, H),
-    T_(EXPERT ".exp_avg",                      XM_RT_CAT_OPTIMIZER, XM_RT_F32, 1, 3, E, F, H),
-    T_(EXPERT ".exp_avg_sq",                   XM_RT_CAT_OPTIMIZER, XM_RT_F32, 1, 3, E, F, H),
-    T_("model.norm.weight.exp_avg",            XM_RT_CAT_OPTIMIZER, XM_RT_F32, 2, 1, H),
-    T_("model.norm.weight.exp_avg_sq",         XM_RT_CAT_OPTIMIZER, XM_RT_F32, 2, 1, H),
-    T_("model.layers.0.mlp.gate.load",         XM_RT_CAT_OPTIMIZER, XM_RT_I32, 1, 1, E),
-};
-/* clang-format on */
-enum { NT = sizeof g_tensors / sizeof g_tensors[0] };
-
-static xm_rt_program_t g_program;
-static xm_rt_context_t g_ctx;
 static xm_rt_exec_t g_exec;
 static unsigned char *g_before;
 static char g_dir[256];
@@ -96,27 +70,8 @@ static void write_part(int k, const char *text, size_t len) {
 }
 
 static void setup(void) {
-  int64_t persist = 0;
-  for (int i = 0; i < NT; i++) {
-    xm_rt_tensor_t *t = &g_tensors[i];
-    int64_t n = 4;
-    for (int d = 0; d < t->rank; d++)
-      n *= t->dims[d];
-    t->bytes = n;
-    t->offset = persist;
-    persist += (n + 63) / 64 * 64;
-  }
-  g_program.model_name = "toy";
-  g_program.config_json = "{\"hidden_size\": 4, \"n_routed_experts\": 3}\n";
-  g_program.vocab = V, g_program.seq_len = 8, g_program.micro_batch = 2, g_program.grad_accum = 1;
-  g_program.lr = 3e-4, g_program.min_lr = 3e-5, g_program.weight_decay = 0.1;
-  g_program.beta1 = 0.9, g_program.beta2 = 0.95, g_program.adam_eps = 1e-8;
-  g_program.grad_clip = 1.0, g_program.warmup_steps = 10, g_program.train_steps = 100;
-  g_program.persistent_bytes = persist;
-  g_program.num_tensors = NT;
-  g_program.tensors = g_tensors;
-  g_program.tokens = g_program.labels = g_program.loss = g_program.ce_loss = -1;
-  g_ctx.world = 1, g_ctx.ranks_per_node = 1, g_ctx.num_nodes = 1;
+  program_init();
+  int64_t persist = g_program.persistent_bytes;
   g_exec.program = &g_program;
   g_exec.ctx = &g_ctx;
   g_exec.persist = calloc((size_t)persist, 1);
