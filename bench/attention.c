@@ -63,7 +63,8 @@ int main(int argc, char **argv) {
     double t1 = omp_get_wtime();
     xm_k_attention_grad(dout, q, k, v, dq, dk, dv, B, S, Hq, Hkv, D, D, scale, ws_b);
     double t2 = omp_get_wtime();
-    xm_k_rope(q, dq, B, S, Hq, D, 10000.0f, ws_r);
+    /* plain RoPE on the whole head: the Llama layout of the defaults */
+    xm_k_rope(q, dq, B, S, Hq, D, 0, D, 10000.0f, 1.0f, 0.0f, 0.0f, 1.0f, 0, ws_r);
     double t3 = omp_get_wtime();
     double t[3] = {t1 - t0, t2 - t1, t3 - t2};
     for (int i = 0; i < 3; i++)

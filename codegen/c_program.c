@@ -516,6 +516,20 @@ static const char *workspace(gen_t *g, const xm_ir_op_t *op) {
 
 /* ---- ops --------------------------------------------------------------- */
 
+/* rope / rope_grad: the rotated span and the YaRN schedule from the op's
+ * attrs (ir/ops.def; the defaults are plain RoPE over the whole row). */
+static void emit_rope(gen_t *g, const xm_ir_op_t *op, const char *kernel) {
+  int64_t D = dim(IN(0), 3), off = xm_ir_op_get_int(op, "rot_offset", 0);
+  int64_t rd = xm_ir_op_get_int(op, "rot_dim", D - off);
+  CALL(kernel, KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)),
+       KI(D), KI(off), KI(rd), KS(fattr(g, op, "theta")),
+       KS(num(g, op, xm_ir_op_get_float(op, "yarn_factor", 1.0))),
+       KS(num(g, op, xm_ir_op_get_float(op, "yarn_low", 0.0))),
+       KS(num(g, op, xm_ir_op_get_float(op, "yarn_high", 0.0))),
+       KS(num(g, op, xm_ir_op_get_float(op, "mscale", 1.0))),
+       KS(xm_ir_op_get_bool(op, "interleave", false) ? "1" : "0"), KS(workspace(g, op)));
+}
+
 /* Elementwise, shape and dense transformer ops; false when not one. */
 static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
   switch (op->code) {
@@ -552,9 +566,16 @@ static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
     CALL(IN(0)->type.dtype == XM_DT_F32 ? "cast_f32_bf16" : "cast_bf16_f32", KV(IN(0)), KV(OUT(0)),
          KS(count(g, IN(0))));
     break;
-  case XM_OP_ROPE:
-    CALL("rope", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)),
-         KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")), KS(workspace(g, op)));
+  case XM_OP_ROPE: emit_rope(g, op, "rope"); break;
+  case XM_OP_SPLIT: /* x[R,H,Da+Db] -> a[R,H,Da], b[R,Hb,Db] */
+    CALL("split", KV(IN(0)), KV(OUT(0)), KV(OUT(1)),
+         KS(count_div(g, IN(0), dim(IN(0), -1) * dim(IN(0), -2))), KI(dim(IN(0), -2)),
+         KI(dim(OUT(1), -2)), KI(dim(OUT(0), -1)), KI(dim(OUT(1), -1)));
+    break;
+  case XM_OP_CONCAT: /* a[R,H,Da], b[R,Hb,Db] -> y[R,H,Da+Db] */
+    CALL("concat", KV(IN(0)), KV(IN(1)), KV(OUT(0)),
+         KS(count_div(g, IN(0), dim(IN(0), -1) * dim(IN(0), -2))), KI(dim(IN(0), -2)),
+         KI(dim(IN(1), -2)), KI(dim(IN(0), -1)), KI(dim(IN(1), -1)));
     break;
   case XM_OP_ATTENTION:
     CALL("attention", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(0), 0)),
@@ -606,10 +627,7 @@ static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
          KS(count_div(g, IN(1), dim(IN(1), -1))), KI(dim(IN(1), -1)), KS(fattr(g, op, "eps")),
          KS(workspace(g, op)));
     break;
-  case XM_OP_ROPE_GRAD:
-    CALL("rope_grad", KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)),
-         KI(dim(IN(0), 2)), KI(dim(IN(0), 3)), KS(fattr(g, op, "theta")), KS(workspace(g, op)));
-    break;
+  case XM_OP_ROPE_GRAD: emit_rope(g, op, "rope_grad"); break;
   case XM_OP_ATTENTION_GRAD:
     CALL("attention_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(IN(3)), KV(OUT(0)), KV(OUT(1)),
          KV(OUT(2)), KI(dim(IN(1), 0)), KI(dim(IN(1), 1)), KI(dim(IN(1), 2)), KI(dim(IN(2), 2)),

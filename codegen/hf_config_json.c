@@ -52,6 +52,33 @@ static void add_model_fields(cJSON *o, const xm_spec_t *s) {
   cJSON_AddBoolToObject(o, "attention_bias", m->attention_bias);
   cJSON_AddStringToObject(o, "qk_norm", qk_norm_name(m->qk_norm));
   add_int(o, "max_position_embeddings", s->training.seq_len);
+  if (m->attention == XM_ATTN_MLA) { /* DeepSeek-V3's names; q_lora_rank null = q_proj */
+    if (m->q_lora_rank > 0)
+      add_int(o, "q_lora_rank", m->q_lora_rank);
+    else
+      cJSON_AddNullToObject(o, "q_lora_rank");
+    add_int(o, "kv_lora_rank", m->kv_lora_rank);
+    add_int(o, "qk_nope_head_dim", m->qk_nope_head_dim);
+    add_int(o, "qk_rope_head_dim", m->qk_rope_head_dim);
+    add_int(o, "v_head_dim", m->v_head_dim);
+  }
+  cJSON_AddBoolToObject(o, "rope_interleave", m->rope_interleave);
+  if (m->yarn_factor > 1) { /* transformers' rope_scaling of type yarn; 0 = absent */
+    cJSON *rs = cJSON_AddObjectToObject(o, "rope_scaling");
+    cJSON_AddStringToObject(rs, "type", "yarn");
+    cJSON_AddNumberToObject(rs, "factor", m->yarn_factor);
+    add_int(rs, "original_max_position_embeddings", m->yarn_original_max_position);
+    cJSON_AddNumberToObject(rs, "beta_fast", m->yarn_beta_fast);
+    cJSON_AddNumberToObject(rs, "beta_slow", m->yarn_beta_slow);
+    if (m->yarn_mscale > 0) cJSON_AddNumberToObject(rs, "mscale", m->yarn_mscale);
+    if (m->yarn_mscale_all_dim > 0)
+      cJSON_AddNumberToObject(rs, "mscale_all_dim", m->yarn_mscale_all_dim);
+    if (m->yarn_attention_factor > 0)
+      cJSON_AddNumberToObject(rs, "attention_factor", m->yarn_attention_factor);
+    cJSON_AddBoolToObject(rs, "truncate", m->yarn_truncate);
+  } else {
+    cJSON_AddNullToObject(o, "rope_scaling");
+  }
 }
 
 static void add_moe_fields(cJSON *o, const xm_spec_t *s) {

@@ -71,7 +71,6 @@ static const char *const k_harmless[] = {
     "torch_dtype",
     "dtype",
     "max_position_embeddings",
-    "rope_scaling",
     "bos_token_id",
     "eos_token_id",
     "pad_token_id",
@@ -273,6 +272,112 @@ static void hf_require_bool(hf_ctx_t *c, const char *key, bool want, const char 
 
 /* ---- shared parts of every family --------------------------------------- */
 
+/* An error at /<key>/<sub>. */
+static void hf_sub_error(hf_ctx_t *c, const char *key, const char *sub, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void hf_sub_error(hf_ctx_t *c, const char *key, const char *sub, const char *fmt, ...) {
+  char a[96], b[96], place[200];
+  hf_pointer(key, a, sizeof a);
+  hf_pointer(sub, b, sizeof b);
+  snprintf(place, sizeof place, "%s%s", a, b);
+  va_list ap;
+  va_start(ap, fmt);
+  xm_diag_addv(c->diag, XM_DIAG_ERROR, c->source, place, fmt, ap);
+  va_end(ap);
+}
+
+/* A number of rope_scaling in [lo, hi]; `dflt` when absent or null. */
+static double hf_scaling_real(hf_ctx_t *c, const cJSON *rs, const char *sub, double lo, double hi,
+                              double dflt) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, sub);
+  if (!v || cJSON_IsNull(v)) return dflt;
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+    hf_sub_error(c, "rope_scaling", sub, "expected a number, got %s%s", hf_type_name(v),
+                 xm_spec_quoted_hint(v, false));
+    return dflt;
+  }
+  if (v->valuedouble < lo || v->valuedouble > hi) {
+    hf_sub_error(c, "rope_scaling", sub, "must be in [%g, %g], got %.17g", lo, hi,
+                 v->valuedouble);
+    return dflt;
+  }
+  return v->valuedouble;
+}
+
+/* rope_scaling: null, or YaRN as transformers' _compute_yarn_parameters
+ * reads it (its keys, defaults and the fallback of
+ * original_max_position_embeddings to max_position_embeddings). Other
+ * scaling types are refused: training them as plain RoPE would train
+ * another model. */
+static void hf_import_rope_scaling(hf_ctx_t *c, xm_spec_t *spec) {
+  static const char *const keys[] = {
+      "type",      "rope_type", "factor",         "original_max_position_embeddings",
+      "beta_fast", "beta_slow", "mscale",         "mscale_all_dim",
+      "attention_factor",       "truncate",       NULL};
+  const cJSON *rs = hf_get(c, "rope_scaling");
+  if (!rs) return;
+  if (!cJSON_IsObject(rs)) {
+    hf_error(c, "rope_scaling", "expected an object or null, got %s", hf_type_name(rs));
+    return;
+  }
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+  const char *tk = "rope_type";
+  if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type"), tk = "type";
+  if (!t) {
+    hf_sub_error(c, "rope_scaling", tk, "missing: the scaling type (\"type\" or \"rope_type\", "
+                 "\"yarn\" for YaRN)");
+    return;
+  }
+  if (!cJSON_IsString(t)) {
+    hf_sub_error(c, "rope_scaling", tk, "expected the scaling type as a string (\"yarn\"), got %s",
+                 hf_type_name(t));
+    return;
+  }
+  if (strcmp(t->valuestring, "default") == 0) return;
+  if (strcmp(t->valuestring, "yarn") != 0) {
+    hf_sub_error(c, "rope_scaling", tk,
+                 "unsupported: rope scaling \"%s\"; xmoec applies YaRN (\"yarn\") only",
+                 t->valuestring);
+    return;
+  }
+  for (const cJSON *it = rs->child; it; it = it->next) {
+    bool known = false;
+    for (int i = 0; keys[i] && !known; i++)
+      known = strcmp(keys[i], it->string) == 0;
+    if (!known)
+      hf_sub_error(c, "rope_scaling", it->string,
+                   "unknown YaRN key (known: factor, original_max_position_embeddings, "
+                   "beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, truncate)");
+  }
+  xm_model_spec_t *m = &spec->model;
+  if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(rs, "factor")))
+    hf_sub_error(c, "rope_scaling", "factor", "YaRN needs its factor (a number >= 1)");
+  m->yarn_factor = hf_scaling_real(c, rs, "factor", 1, 1e4, 1);
+  double orig = hf_scaling_real(c, rs, "original_max_position_embeddings", 1, 16777216, 0);
+  if (orig == 0) {
+    const cJSON *mp = cJSON_GetObjectItemCaseSensitive(c->root, "max_position_embeddings");
+    if (cJSON_IsNumber(mp) && mp->valuedouble >= 1 && mp->valuedouble <= 16777216)
+      orig = mp->valuedouble;
+  }
+  if (orig != floor(orig))
+    hf_sub_error(c, "rope_scaling", "original_max_position_embeddings", "expected an integer");
+  m->yarn_original_max_position = (int64_t)orig;
+  if (orig == 0)
+    hf_sub_error(c, "rope_scaling", "original_max_position_embeddings",
+                 "YaRN needs the context length before the extension (here or as "
+                 "max_position_embeddings)");
+  m->yarn_beta_fast = hf_scaling_real(c, rs, "beta_fast", 1e-9, 1e4, 32);
+  m->yarn_beta_slow = hf_scaling_real(c, rs, "beta_slow", 1e-9, 1e4, 1);
+  m->yarn_mscale = hf_scaling_real(c, rs, "mscale", 0, 100, 0);
+  m->yarn_mscale_all_dim = hf_scaling_real(c, rs, "mscale_all_dim", 0, 100, 0);
+  m->yarn_attention_factor = hf_scaling_real(c, rs, "attention_factor", 0, 100, 0);
+  const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rs, "truncate");
+  if (tr && !cJSON_IsNull(tr) && !cJSON_IsBool(tr))
+    hf_sub_error(c, "rope_scaling", "truncate", "expected true or false, got %s",
+                 hf_type_name(tr));
+  m->yarn_truncate = !cJSON_IsFalse(tr);
+}
+
 static void hf_import_activation(hf_ctx_t *c, xm_spec_t *spec) {
   const char *act = hf_string(c, "hidden_act", "silu");
   if (strcmp(act, "silu") != 0)
@@ -319,6 +424,7 @@ static void hf_import_base(hf_ctx_t *c, xm_spec_t *spec, double rope_dflt, doubl
              "num_key_value_heads %lld",
              (long long)m->heads, (long long)m->kv_heads);
   m->rope_theta = hf_real(c, "rope_theta", true, rope_dflt);
+  hf_import_rope_scaling(c, spec);
   m->norm_eps = hf_real(c, "rms_norm_eps", true, eps_dflt);
   m->tied_embeddings = hf_bool(c, "tie_word_embeddings", false);
   m->attention = m->kv_heads == m->heads ? XM_ATTN_MHA : XM_ATTN_GQA;
@@ -460,6 +566,10 @@ static void hf_import_mla(hf_ctx_t *c, xm_spec_t *spec) {
              "head dim limit %.0f",
              (long long)m->head_dim, hf_limit("head_dim", 0));
   m->rope_theta = hf_real(c, "rope_theta", true, 10000.0);
+  hf_import_rope_scaling(c, spec);
+  /* V3 names the pair layout (default interleaved); V2's complex-number
+   * RoPE rotates the pairs (2i, 2i+1) too. */
+  m->rope_interleave = hf_bool(c, "rope_interleave", true);
   m->norm_eps = hf_real(c, "rms_norm_eps", true, 1e-6);
   m->tied_embeddings = hf_bool(c, "tie_word_embeddings", false);
   m->attention = XM_ATTN_MLA;

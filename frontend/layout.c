@@ -9,8 +9,8 @@
  * shows everything that is wrong with a layout. A refusal is placed at
  * the knob that was asked for (the user can change the layout, not the
  * model); its message names the conflicting spec field by JSON pointer.
- * Some refusals are limits of this version rather than of the layout (MLA
- * attention; qk_norm "full" under tp > 1; rbd with a capacity factor): when
+ * Some refusals are limits of this version rather than of the layout
+ * (qk_norm "full" under tp > 1; rbd with a capacity factor): when
  * they are the only errors the status is XM_ERR_UNSUPPORTED.
  *
  * The spec loader (frontend/spec.c) runs similar checks on the "parallel"
@@ -185,7 +185,7 @@ static void check_tp(const check_t *c) {
   if (m->heads % tp != 0)
     ERR(place, "tp (%lld) must divide heads (%lld, /model/heads)", (long long)tp,
         (long long)m->heads);
-  if (m->kv_heads % tp != 0)
+  if (m->attention != XM_ATTN_MLA && m->kv_heads % tp != 0) /* MLA: every head reads the latent */
     ERR(place, "tp (%lld) must divide kv_heads (%lld, /model/kv_heads)", (long long)tp,
         (long long)m->kv_heads);
   bool has_dense = e->experts == 0 || m->first_k_dense > 0;
@@ -285,24 +285,11 @@ static void check_batch_and_zero(const check_t *c) {
          c->spec->moe.experts > 0 ? ", ep = dp*tp" : "");
 }
 
-/* What this version cannot train whatever the layout. */
-static void check_trainable(const check_t *c) {
-  const char *source = c->source;
-  xm_diag_t *diag = c->diag;
-  if (c->spec->model.attention == XM_ATTN_MLA) {
-    ERR("/model/attention",
-        "attention \"mla\" cannot be trained yet (check and plan count it); use \"mha\" or "
-        "\"gqa\"");
-    (*c->not_yet)++;
-  }
-}
-
 xm_status_t xm_layout_check(const xm_spec_t *spec, const xm_layout_t *layout,
                             xm_layout_origin_t origin, const char *source, xm_diag_t *diag) {
   int not_yet = 0;
   check_t c = {spec, layout, origin, source, diag, &not_yet};
   int before = xm_diag_error_count(diag);
-  check_trainable(&c);
   if (check_degrees(&c)) {
     check_ep(&c);
     check_tp(&c);

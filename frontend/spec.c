@@ -117,6 +117,14 @@ static void check_attention(const xm_model_spec_t *m, const char *source, xm_dia
       ERR("/model/qk_rope_head_dim", "qk_rope_head_dim (%lld) must be even",
           (long long)m->qk_rope_head_dim);
   }
+  if (m->yarn_factor > 1 && m->yarn_original_max_position < 1)
+    ERR("/model/yarn_original_max_position",
+        "yarn_factor %g needs yarn_original_max_position, the context length before the "
+        "extension (HF's rope_scaling.original_max_position_embeddings)",
+        m->yarn_factor);
+  if (m->yarn_beta_fast < m->yarn_beta_slow)
+    ERR("/model/yarn_beta_fast", "yarn_beta_fast (%g) must be >= yarn_beta_slow (%g)",
+        m->yarn_beta_fast, m->yarn_beta_slow);
 }
 
 static void check_layers(const xm_spec_t *s, const char *source, xm_diag_t *diag) {

@@ -54,6 +54,16 @@ typedef struct {
   int64_t qk_nope_head_dim;
   int64_t qk_rope_head_dim;
   int64_t v_head_dim;
+  /* RoPE pairs (2i, 2i+1) instead of (i, i + D/2) (DeepSeek's
+   * rope_interleave; HF's DeepseekV3 default). */
+  bool rope_interleave;
+  /* YaRN context extension (HF rope_scaling of type "yarn"): factor 1 = off.
+   * mscale / mscale_all_dim / attention_factor 0 = absent (HF's None). */
+  double yarn_factor;
+  int64_t yarn_original_max_position;
+  double yarn_beta_fast, yarn_beta_slow;
+  double yarn_mscale, yarn_mscale_all_dim, yarn_attention_factor;
+  bool yarn_truncate;
 } xm_model_spec_t;
 
 typedef struct {

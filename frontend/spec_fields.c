@@ -81,6 +81,17 @@ static const xm_spec_field_t kFields[] = {
     INT(M, model, qk_nope_head_dim, 0, 0, 2048, 0, "MLA non-rotary qk head dim"),
     INT(M, model, qk_rope_head_dim, 0, 0, 2048, 0, "MLA rotary qk head dim"),
     INT(M, model, v_head_dim, 0, 0, 2048, 0, "MLA value head dim"),
+    BOOL(M, model, rope_interleave, 0, "RoPE pairs (2i, 2i+1) (DeepSeek's rope_interleave)"),
+    FLT(M, model, yarn_factor, 1, 1, 1e4, 0, "YaRN context extension factor; 1 = off"),
+    INT(M, model, yarn_original_max_position, 0, 0, P2(24), 0,
+        "YaRN pre-extension context length; needed when yarn_factor > 1"),
+    FLT(M, model, yarn_beta_fast, 32, 0, 1e4, GT, "YaRN beta_fast (rotations)"),
+    FLT(M, model, yarn_beta_slow, 1, 0, 1e4, GT, "YaRN beta_slow (rotations)"),
+    FLT(M, model, yarn_mscale, 0, 0, 100, 0, "YaRN mscale; 0 = absent"),
+    FLT(M, model, yarn_mscale_all_dim, 0, 0, 100, 0, "YaRN mscale_all_dim; 0 = absent"),
+    FLT(M, model, yarn_attention_factor, 0, 0, 100, 0,
+        "YaRN factor on cos and sin; 0 = derived from the mscales"),
+    BOOL(M, model, yarn_truncate, 1, "YaRN rounds its correction range to whole dims"),
 
     /* moe */
     INT(E, moe, experts, 0, 0, 4096, REQ, "routed experts E"),

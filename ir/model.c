@@ -23,8 +23,8 @@
  * that shaped it, which is what a user should edit when that op is a
  * problem (too much memory, too slow, rejected by a pass).
  *
- * What the spec can describe but training cannot do yet (MLA attention, the
- * shared-expert gate) is refused up front with XM_ERR_UNSUPPORTED, before
+ * What the spec can describe but training cannot do yet (the shared-expert
+ * gate) is refused up front with XM_ERR_UNSUPPORTED, before
  * any module exists, so callers never see a half-built graph.
  */
 #include "ir/model.h"
@@ -47,6 +47,9 @@ typedef struct {
 #define LOC_VOCAB "/model/vocab"
 #define LOC_HEADS "/model/heads"
 #define LOC_ROPE "/model/rope_theta"
+#define LOC_ROPE_DIM "/model/qk_rope_head_dim"
+#define LOC_Q_LORA "/model/q_lora_rank"
+#define LOC_KV_LORA "/model/kv_lora_rank"
 #define LOC_NORM "/model/norm_eps"
 #define LOC_ATTN_BIAS "/model/attention_bias"
 #define LOC_DENSE "/model/dense_ffn"
@@ -144,6 +147,54 @@ static xm_ir_value_t *reshape(builder_t *b, xm_ir_value_t *x, xm_ir_type_t to, c
   return VAL(b, XM_OP_RESHAPE, to, loc, x);
 }
 
+/* ---- RoPE -------------------------------------------------------------- */
+
+/* transformers' yarn_get_mscale. */
+static double yarn_get_mscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+/* Dim index (of rd rotary dims) whose wavelength makes `rotations` turns
+ * over the original context (YaRN's find_correction_dim). */
+static double yarn_correction_dim(double rotations, int64_t rd, double theta, double orig) {
+  return (double)rd * log(orig / (rotations * 2.0 * 3.14159265358979323846)) / (2.0 * log(theta));
+}
+
+/* RoPE over the rd elements from `off` of each row of x[B,S,nh,D], with
+ * YaRN's schedule when the spec extends the context: the correction range
+ * and the factor on cos/sin as transformers' _compute_yarn_parameters
+ * derives them (the kernel blends the frequencies, runtime/cpu/kernels.h). */
+static xm_ir_value_t *rope(builder_t *b, xm_ir_value_t *x, int64_t off, int64_t rd,
+                           const char *loc) {
+  const xm_model_spec_t *ms = &b->spec->model;
+  xm_ir_op_t *op = OP(b, XM_OP_ROPE, x->type, loc, x);
+  xm_ir_op_set_float(b->m, op, "theta", ms->rope_theta);
+  int64_t D = x->type.dims[3];
+  if (off != 0 || rd != D) {
+    xm_ir_op_set_int(b->m, op, "rot_offset", off);
+    xm_ir_op_set_int(b->m, op, "rot_dim", rd);
+  }
+  if (ms->rope_interleave) xm_ir_op_set_bool(b->m, op, "interleave", true);
+  if (ms->yarn_factor > 1) {
+    double f = ms->yarn_factor, orig = (double)ms->yarn_original_max_position;
+    double lo = yarn_correction_dim(ms->yarn_beta_fast, rd, ms->rope_theta, orig);
+    double hi = yarn_correction_dim(ms->yarn_beta_slow, rd, ms->rope_theta, orig);
+    if (ms->yarn_truncate) lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0 ? lo : 0;
+    hi = hi < (double)(rd - 1) ? hi : (double)(rd - 1);
+    double att = ms->yarn_attention_factor;
+    if (att <= 0)
+      att = ms->yarn_mscale > 0 && ms->yarn_mscale_all_dim > 0
+                ? yarn_get_mscale(f, ms->yarn_mscale) / yarn_get_mscale(f, ms->yarn_mscale_all_dim)
+                : yarn_get_mscale(f, 1.0);
+    xm_ir_op_set_float(b->m, op, "yarn_factor", f);
+    xm_ir_op_set_float(b->m, op, "yarn_low", lo);
+    xm_ir_op_set_float(b->m, op, "yarn_high", hi < lo ? lo : hi);
+    xm_ir_op_set_float(b->m, op, "mscale", att);
+  }
+  return op->results[0];
+}
+
 /* ---- attention --------------------------------------------------------- */
 
 /* One of q/k/v: projection, optional bias, optional OLMoE-style norm over
@@ -174,18 +225,95 @@ static xm_ir_value_t *attn_project(builder_t *b, xm_ir_value_t *hn, const char *
   y = reshape(b, y, F32(b->B, b->S, heads, b->D), LOC_HEADS);
   if (is_qk && ms->qk_norm == XM_QK_NORM_HEAD)
     y = layer_rmsnorm(b, y, suffix, b->D, XM_ROLE_TP_PARTIAL);
-  if (is_qk) {
-    xm_ir_op_t *rope = OP(b, XM_OP_ROPE, y->type, LOC_ROPE, y);
-    xm_ir_op_set_float(b->m, rope, "theta", ms->rope_theta);
-    y = rope->results[0];
-  }
+  if (is_qk) y = rope(b, y, 0, b->D, LOC_ROPE);
   return y;
+}
+
+/* ---- multi-head latent attention (DeepSeek-V2/V3) ---------------------- */
+
+/* RMSNorm of the current layer with its own eps (MLA's low-rank norms use
+ * transformers' DeepseekV3RMSNorm default 1e-6, not rms_norm_eps). */
+static xm_ir_value_t *layer_rmsnorm_eps(builder_t *b, xm_ir_value_t *x, const char *suffix,
+                                        int64_t n, double eps, const char *loc) {
+  xm_ir_value_t *w = layer_param(b, suffix, XM_ROLE_REPLICATED, "ones", -1, F32(n), loc);
+  xm_ir_op_t *op = OP(b, XM_OP_RMSNORM, x->type, loc, x, w);
+  xm_ir_op_set_float(b->m, op, "eps", eps);
+  return op->results[0];
+}
+
+/* Splits x[..., da+db] into its first da and last db elements. */
+static void split_last(builder_t *b, xm_ir_value_t *x, int64_t da, xm_ir_value_t **pa,
+                       xm_ir_value_t **pb, const char *loc) {
+  xm_ir_type_t t[2] = {x->type, x->type};
+  t[0].dims[t[0].rank - 1] = da;
+  t[1].dims[t[1].rank - 1] = x->type.dims[x->type.rank - 1] - da;
+  xm_ir_op_t *op = emit(b, XM_OP_SPLIT, 1, OPS(x), 2, t, loc);
+  *pa = op->results[0];
+  *pb = op->results[1];
+}
+
+/* h = x + MLA(RMSNorm(x)), transformers' DeepseekV3Attention:
+ *   q = q_b_proj(q_a_layernorm(q_a_proj(hn))) (q_proj(hn) when q_lora_rank
+ *       is 0), per head [qk_nope | qk_rope], RoPE on the rope part;
+ *   [latent | k_rope] = kv_a_proj_with_mqa(hn); k_rope (one head, shared
+ *       by all) gets RoPE; kv_b_proj(kv_a_layernorm(latent)) gives per head
+ *       [k_nope | v]; k = [k_nope | k_rope];
+ *   softmax scale (qk_nope + qk_rope)^-0.5, times YaRN's mscale_all_dim
+ *       factor squared when the rope is YaRN-scaled. */
+static xm_ir_value_t *build_mla(builder_t *b, xm_ir_value_t *hn) {
+  const xm_model_spec_t *ms = &b->spec->model;
+  int64_t nh = ms->heads, dn = ms->qk_nope_head_dim, dr = ms->qk_rope_head_dim;
+  int64_t dv = ms->v_head_dim, qk = dn + dr, kvr = ms->kv_lora_rank, qr = ms->q_lora_rank;
+  xm_ir_value_t *q;
+  if (qr > 0) {
+    xm_ir_value_t *wa = layer_param(b, "self_attn.q_a_proj.weight", XM_ROLE_REPLICATED, "normal",
+                                    0.02, F32(qr, b->H), LOC_Q_LORA);
+    xm_ir_value_t *qa = matmul(b, hn, wa, LOC_Q_LORA);
+    qa = layer_rmsnorm_eps(b, qa, "self_attn.q_a_layernorm.weight", qr, 1e-6, LOC_Q_LORA);
+    xm_ir_value_t *wb = layer_param(b, "self_attn.q_b_proj.weight", XM_ROLE_TP_COLUMN, "normal",
+                                    0.02, F32(nh * qk, qr), LOC_Q_LORA);
+    q = matmul(b, qa, wb, LOC_Q_LORA);
+  } else {
+    xm_ir_value_t *w = layer_param(b, "self_attn.q_proj.weight", XM_ROLE_TP_COLUMN, "normal",
+                                   0.02, F32(nh * qk, b->H), LOC_HEADS);
+    q = matmul(b, hn, w, LOC_HEADS);
+  }
+  q = reshape(b, q, F32(b->B, b->S, nh, qk), LOC_HEADS);
+  q = rope(b, q, dn, dr, LOC_ROPE_DIM);
+
+  xm_ir_value_t *wkva = layer_param(b, "self_attn.kv_a_proj_with_mqa.weight", XM_ROLE_REPLICATED,
+                                    "normal", 0.02, F32(kvr + dr, b->H), LOC_KV_LORA);
+  xm_ir_value_t *ckv = matmul(b, hn, wkva, LOC_KV_LORA), *lat, *kr;
+  split_last(b, ckv, kvr, &lat, &kr, LOC_KV_LORA);
+  lat = layer_rmsnorm_eps(b, lat, "self_attn.kv_a_layernorm.weight", kvr, 1e-6, LOC_KV_LORA);
+  xm_ir_value_t *wkvb = layer_param(b, "self_attn.kv_b_proj.weight", XM_ROLE_TP_COLUMN, "normal",
+                                    0.02, F32(nh * (dn + dv), kvr), LOC_KV_LORA);
+  xm_ir_value_t *kv = matmul(b, lat, wkvb, LOC_KV_LORA), *kn, *v;
+  kv = reshape(b, kv, F32(b->B, b->S, nh, dn + dv), LOC_KV_LORA);
+  split_last(b, kv, dn, &kn, &v, LOC_KV_LORA);
+  kr = reshape(b, kr, F32(b->B, b->S, 1, dr), LOC_ROPE_DIM);
+  kr = rope(b, kr, 0, dr, LOC_ROPE_DIM);
+  xm_ir_value_t *k = VAL(b, XM_OP_CONCAT, F32(b->B, b->S, nh, qk), LOC_ROPE_DIM, kn, kr);
+
+  double scale = 1.0 / sqrt((double)qk);
+  if (ms->yarn_factor > 1 && ms->yarn_mscale_all_dim > 0) {
+    double m = yarn_get_mscale(ms->yarn_factor, ms->yarn_mscale_all_dim);
+    scale *= m * m;
+  }
+  xm_ir_op_t *att = OP(b, XM_OP_ATTENTION, F32(b->B, b->S, nh, dv), LOC_HEADS, q, k, v);
+  xm_ir_op_set_float(b->m, att, "scale", scale);
+  xm_ir_value_t *a = reshape(b, att->results[0], F32(b->B, b->S, nh * dv), LOC_HEADS);
+  xm_ir_value_t *wo = layer_param(b, "self_attn.o_proj.weight", XM_ROLE_TP_ROW, "normal",
+                                  b->out_std, F32(b->H, nh * dv), LOC_HEADS);
+  return matmul(b, a, wo, LOC_HEADS);
 }
 
 /* h = x + Attn(RMSNorm(x)). */
 static xm_ir_value_t *build_attention(builder_t *b, xm_ir_value_t *x) {
   const xm_model_spec_t *ms = &b->spec->model;
   xm_ir_value_t *hn = layer_rmsnorm(b, x, "input_layernorm.weight", b->H, XM_ROLE_REPLICATED);
+  if (ms->attention == XM_ATTN_MLA)
+    return VAL(b, XM_OP_ADD, x->type, LOC_HEADS, x, build_mla(b, hn));
   xm_ir_value_t *q = attn_project(b, hn, "q", ms->heads);
   xm_ir_value_t *k = attn_project(b, hn, "k", ms->kv_heads);
   xm_ir_value_t *v = attn_project(b, hn, "v", ms->kv_heads);
@@ -414,12 +542,6 @@ static void set_module_attrs(xm_ir_module_t *m, const xm_spec_t *spec) {
 /* Reports every feature the spec asks for that training cannot do yet. */
 static bool check_supported(const xm_spec_t *spec, const char *source, xm_diag_t *diag) {
   bool ok = true;
-  if (spec->model.attention == XM_ATTN_MLA) {
-    xm_diag_add(diag, XM_DIAG_ERROR, source, "/model/attention",
-                "MLA attention (DeepSeek-V2/V3) is counted and planned by xmoec, but "
-                "training it is not supported yet");
-    ok = false;
-  }
   if (spec->moe.shared_expert_gate) {
     xm_diag_add(diag, XM_DIAG_ERROR, source, "/moe/shared_expert_gate",
                 "the sigmoid gate on the shared experts' output (Qwen2-MoE) is counted "

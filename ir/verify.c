@@ -39,6 +39,7 @@
 #include "ir/verify.h"
 #include "ir/verify_internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,13 +403,91 @@ static void rule_matmul(rule_ctx_t *c, xm_ir_type_t *out) {
   set_result(out, x->dtype, x->rank, dims, dyn);
 }
 
+/* rope and rope_grad: x[B,S,nh,D] -> same; the rotated span lies in the
+ * row and has an even width; the YaRN attrs are finite and the factor and
+ * mscale positive. */
 static void rule_rope(rule_ctx_t *c, xm_ir_type_t *out) {
   attr_float(c, "theta", true);
+  attr_float(c, "yarn_factor", false);
+  attr_float(c, "yarn_low", false);
+  attr_float(c, "yarn_high", false);
+  attr_float(c, "mscale", false);
+  attr_bool(c, "interleave", false);
   int e0 = c->errors;
   need_rank(c, 0, 4);
   need_float(c, 0);
   if (c->errors > e0) return;
-  set_result(out, in(c, 0)->dtype, 4, in(c, 0)->dims, in(c, 0)->dynamic);
+  const xm_ir_type_t *x = in(c, 0);
+  int64_t D = x->dims[3], off = 0, rd = 0;
+  if (xm_ir_op_attr(c->op, "rot_offset")) attr_int(c, "rot_offset", 0, D, &off);
+  rd = D - off;
+  if (xm_ir_op_attr(c->op, "rot_dim")) attr_int(c, "rot_dim", 0, D - off, &rd);
+  if (rd % 2 != 0)
+    rule_error(c, "rotates %lld elements of each row, which is odd (rotary pairs need an even "
+               "count)", (long long)rd);
+  double theta = xm_ir_op_get_float(c->op, "theta", 1);
+  double f = xm_ir_op_get_float(c->op, "yarn_factor", 1), m = xm_ir_op_get_float(c->op, "mscale", 1);
+  double lo = xm_ir_op_get_float(c->op, "yarn_low", 0), hi = xm_ir_op_get_float(c->op, "yarn_high", 0);
+  if (!(theta > 0) || !isfinite(theta) || !(f > 0) || !isfinite(f) || !(m > 0) || !isfinite(m) ||
+      !isfinite(lo) || !isfinite(hi) || hi < lo)
+    rule_error(c, "has theta %g, yarn_factor %g, mscale %g and the correction range [%g, %g]: "
+               "theta, the factor and mscale must be finite and > 0, the range finite and "
+               "ordered", theta, f, m, lo, hi);
+  if (c->errors > e0) return;
+  set_result(out, x->dtype, 4, x->dims, x->dynamic);
+}
+
+/* split: x[..., H, Da+Db] -> a[..., H, Da], b[..., Hb, Db] with Hb == H or
+ * 1. The result types are the op's own (they carry Da, Db and Hb); they
+ * are derived again from x but for those. */
+static void rule_split(rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  need_rank(c, 0, -2);
+  need_float(c, 0);
+  if (c->errors > e0) return;
+  const xm_ir_type_t *x = in(c, 0);
+  int r = x->rank;
+  int64_t da = out[0].rank == r ? out[0].dims[r - 1] : -1;
+  int64_t db = out[1].rank == r ? out[1].dims[r - 1] : -1;
+  /* b's dim -2 is 1 (a head sum) or the operand's (also after the shard
+   * pass split the heads); a declared type that is neither mismatches. */
+  int64_t hb = out[1].rank != r ? -1 : out[1].dims[r - 2] == 1 ? 1 : x->dims[r - 2];
+  if (da < 1 || db < 1 || hb < 1 || da + db != x->dims[r - 1]) {
+    rule_error(c, "results %s and %s do not split operand 0 %s along its last dim (each part "
+               "at least 1 wide, the second's dim -2 equal to the operand's or 1)",
+               type_text(&out[0]).s, type_text(&out[1]).s, type_text(x).s);
+    return;
+  }
+  set_result(&out[0], x->dtype, r, x->dims, x->dynamic);
+  out[0].dims[r - 1] = da;
+  set_result(&out[1], x->dtype, r, x->dims, x->dynamic);
+  out[1].dims[r - 1] = db;
+  out[1].dims[r - 2] = hb;
+  if (hb != x->dims[r - 2]) out[1].dynamic[r - 2] = false;
+}
+
+/* concat: a[..., H, Da], b[..., Hb, Db] -> [..., H, Da+Db], Hb == H or 1. */
+static void rule_concat(rule_ctx_t *c, xm_ir_type_t *out) {
+  int e0 = c->errors;
+  need_rank(c, 0, -2);
+  need_float(c, 0);
+  need_float(c, 1);
+  if (c->errors > e0) return;
+  const xm_ir_type_t *a = in(c, 0), *b = in(c, 1);
+  int r = a->rank;
+  bool ok = b->rank == r && b->dtype == a->dtype;
+  for (int i = 0; ok && i < r - 2; i++)
+    ok = dim_eq(a, i, b, i);
+  if (ok) ok = dim_eq(a, r - 2, b, r - 2) || (b->dims[r - 2] == 1 && !b->dynamic[r - 2]);
+  if (!ok) {
+    rule_error(c, "operand 1 %s cannot be joined to operand 0 %s along the last dim (same "
+               "dtype and rank, equal leading dims, dim -2 equal or 1)",
+               type_text(b).s, type_text(a).s);
+    return;
+  }
+  set_result(out, a->dtype, r, a->dims, a->dynamic);
+  out->dims[r - 1] = a->dims[r - 1] + b->dims[r - 1];
+  out->dynamic[r - 1] = false;
 }
 
 static void rule_attention(rule_ctx_t *c, xm_ir_type_t *out) {
@@ -906,7 +985,10 @@ static void apply_rule(rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_EMBEDDING: rule_embedding(c, out); break;
   case XM_OP_RMSNORM: rule_rmsnorm(c, out); break;
   case XM_OP_MATMUL: rule_matmul(c, out); break;
-  case XM_OP_ROPE: rule_rope(c, out); break;
+  case XM_OP_ROPE:
+  case XM_OP_ROPE_GRAD: rule_rope(c, out); break;
+  case XM_OP_SPLIT: rule_split(c, out); break;
+  case XM_OP_CONCAT: rule_concat(c, out); break;
   case XM_OP_ATTENTION: rule_attention(c, out); break;
   case XM_OP_ROUTER_SCORE: rule_router_score(c, out); break;
   case XM_OP_TOPK_ROUTE: rule_topk_route(c, out); break;
@@ -933,7 +1015,6 @@ static void apply_rule(rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_MATMUL_DW:
   case XM_OP_REDUCE_TO:
   case XM_OP_RMSNORM_GRAD:
-  case XM_OP_ROPE_GRAD:
   case XM_OP_ATTENTION_GRAD:
   case XM_OP_EMBEDDING_GRAD:
   case XM_OP_SWIGLU_GRAD:

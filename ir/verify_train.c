@@ -134,15 +134,6 @@ static void rule_rmsnorm_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   copy_type(in(c, 2), &out[1]);
 }
 
-static void rule_rope_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
-  xm_ir_rule_attr_float(c, "theta", true);
-  int e0 = c->errors;
-  xm_ir_rule_need_rank(c, 0, 4);
-  xm_ir_rule_need_float(c, 0);
-  if (c->errors > e0) return;
-  copy_type(in(c, 0), out);
-}
-
 /* dout[B,S,Hq,Dv], q[B,S,Hq,D], k[B,S,Hkv,D], v[B,S,Hkv,Dv] -> dq, dk, dv */
 static void rule_attention_grad(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   xm_ir_rule_attr_float(c, "scale", true);
@@ -528,7 +519,6 @@ void xm_ir_verify_train_rule(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   case XM_OP_MATMUL_DW: rule_matmul_dw(c, out); break;
   case XM_OP_REDUCE_TO: rule_reduce_to(c, out); break;
   case XM_OP_RMSNORM_GRAD: rule_rmsnorm_grad(c, out); break;
-  case XM_OP_ROPE_GRAD: rule_rope_grad(c, out); break;
   case XM_OP_ATTENTION_GRAD: rule_attention_grad(c, out); break;
   case XM_OP_EMBEDDING_GRAD: rule_embedding_grad(c, out); break;
   case XM_OP_SWIGLU_GRAD:

@@ -148,8 +148,11 @@ static void grad_unary(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
   case XM_OP_SIGMOID: g = emit1(a, XM_OP_SIGMOID_GRAD, 2, OPS(dy, op->results[0]), x->type); break;
   case XM_OP_RESHAPE: g = emit1(a, XM_OP_RESHAPE, 1, OPS(dy), x->type); break;
   case XM_OP_ROPE: {
+    static const char *const keys[] = {"theta",      "rot_offset", "rot_dim", "interleave",
+                                       "yarn_factor", "yarn_low",  "yarn_high", "mscale"};
     xm_ir_op_t *r = OP1(a, XM_OP_ROPE_GRAD, x->type, dy);
-    copy_attr(a, r, "theta");
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+      copy_attr(a, r, keys[k]);
     g = r->results[0];
     break;
   }
@@ -182,6 +185,11 @@ static void grad_multi(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
     copy_attr(a, b, "scale");
     for (int i = 0; i < 3; i++)
       contribute(a, x[i], b->results[i]);
+    break;
+  case XM_OP_CONCAT: /* the parts of dy; a broadcast part's heads summed */
+    b = emit(a, XM_OP_SPLIT, 1, OPS(dy), 2, (xm_ir_type_t[]){x[0]->type, x[1]->type});
+    contribute(a, x[0], b->results[0]);
+    contribute(a, x[1], b->results[1]);
     break;
   case XM_OP_SCATTER_COMBINE: /* y, indices, weights */
     b = emit(a, XM_OP_SCATTER_COMBINE_GRAD, 4, OPS(dy, x[0], x[1], x[2]), 2,
@@ -389,6 +397,22 @@ static void grad_comm(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
   contribute(a, x[0], b->results[0]);
 }
 
+/* split: dx is the two parts' gradients joined; a part that received
+ * none (it does not lead to the loss) joins as zeros. */
+static void grad_split(ad_t *a, xm_ir_op_t *op) {
+  xm_ir_value_t *x = op->operands[0];
+  if (!needs(a, x)) return;
+  xm_ir_value_t *d[2];
+  for (int r = 0; r < 2; r++) {
+    d[r] = grad_of(a, op->results[r]);
+    if (d[r]) continue;
+    xm_ir_op_t *z = OP1(a, XM_OP_CONSTANT, op->results[r]->type);
+    xm_ir_op_set_float(a->m, z, "value", 0.0);
+    d[r] = z->results[0];
+  }
+  contribute(a, x, emit1(a, XM_OP_CONCAT, 2, OPS(d[0], d[1]), x->type));
+}
+
 /* Differentiates one forward op whose result `r` carries gradient dy
  * (r is 1 for topk_route's weights, else 0). */
 static xm_status_t differentiate(ad_t *a, xm_ir_op_t *op, int pos, xm_ir_value_t *dy) {
@@ -405,7 +429,9 @@ static xm_status_t differentiate(ad_t *a, xm_ir_op_t *op, int pos, xm_ir_value_t
   case XM_OP_SWIGLU:
   case XM_OP_RMSNORM:
   case XM_OP_ATTENTION:
+  case XM_OP_CONCAT:
   case XM_OP_SCATTER_COMBINE: grad_multi(a, op, dy); break;
+  case XM_OP_SPLIT: grad_split(a, op); break;
   case XM_OP_MATMUL:
   case XM_OP_GROUPED_MATMUL: grad_gemm(a, op, dy); break;
   case XM_OP_EMBEDDING:
@@ -503,6 +529,7 @@ static xm_status_t backward(ad_t *a, xm_ir_op_t *ret, int64_t grad_accum) {
     }
     int r = op->code == XM_OP_TOPK_ROUTE ? 1 : 0;
     xm_ir_value_t *dy = op->num_results > r ? grad_of(a, op->results[r]) : NULL;
+    if (!dy && op->code == XM_OP_SPLIT) dy = grad_of(a, op->results[1]); /* either part */
     if (dy) XM_RETURN_IF_ERROR(differentiate(a, op, i, dy));
   }
   return XM_OK;

@@ -22,7 +22,10 @@
  *    (column-parallel: the input goes through replicate, Megatron's f);
  *    o_proj and the down projections (tp_row, shared_row) by input columns
  *    (row-parallel: the partial product goes through all_reduce, Megatron's
- *    g). Attention runs on heads/tp local heads. Shapes between
+ *    g). Attention runs on heads/tp local heads. MLA's low-rank projections
+ *    and their norms are replicated; its q_b_proj and kv_b_proj are
+ *    column-parallel, and the rotary key shared by all heads enters the
+ *    local heads' concat through replicate. Shapes between
  *    the two are derived again from the operands; a reshape maps the split
  *    dim by matching the unsplit leading product.
  *  - SSMB: the router runs on all T tokens of the TP group (it is a
@@ -506,6 +509,12 @@ static void visit(sh_t *s, int *pos) {
   case XM_OP_MATMUL:
     if (s->tp > 1 && s->tp_dim[op->operands[1]->id] == 0)
       xm_ir_op_set_operand(op, 0, replicated(s, pos, op, op->operands[0]));
+    break;
+  case XM_OP_CONCAT:
+    /* A whole operand joined to every local head (MLA's rotary key) enters
+     * the tensor-parallel region: its gradient sums over the TP ranks. */
+    if (s->tp > 1 && s->tp_dim[op->operands[0]->id] >= 0 && s->tp_dim[op->operands[1]->id] < 0)
+      xm_ir_op_set_operand(op, 1, replicated(s, pos, op, op->operands[1]));
     break;
   case XM_OP_RESHAPE:
     if (s->sp[op->operands[0]->id] &&

@@ -796,11 +796,25 @@ static void tp_comm(const cx_t *c, bool recompute_fwd, comm_t *cm) {
   double fwd_times = recompute_fwd ? 2 : 1;
   coll_t ar = ring_family(c->net, f, XM_NET_ALL_REDUCE, T * H * ab);
   /* Megatron's g (forward, after o_proj / down_proj) and f (backward,
-   * before the column-parallel projections): one each per TP block. */
+   * before the column-parallel projections): one each per TP block. MLA's
+   * column-parallel projections read its low-rank values instead of the
+   * hidden state: the backward all-reduces the gradients of the q latent
+   * (or of the hidden state with q_proj), of the kv latent and of the
+   * rotary key shared by the heads. */
   double blocks = (double)c->L + (double)c->Ldense;
   if (c->Lmoe > 0 && (c->shared_split || c->ted) && c->Fs > 0) blocks += (double)c->Lmoe;
-  add_coll(&cm->ar_intra, &cm->ar_inter, ar, blocks * (fwd_times + 1));
-  cm->t_tp += blocks * (fwd_times + 1) * ar.seconds;
+  double bwd_blocks = blocks;
+  const xm_model_spec_t *m = &c->s->model;
+  if (m->attention == XM_ATTN_MLA) {
+    bwd_blocks -= (double)c->L;
+    double width = (double)(m->q_lora_rank > 0 ? m->q_lora_rank : c->H) +
+                   (double)m->kv_lora_rank + (double)m->qk_rope_head_dim;
+    coll_t mla = ring_family(c->net, f, XM_NET_ALL_REDUCE, T * width * ab);
+    add_coll(&cm->ar_intra, &cm->ar_inter, mla, (double)c->L);
+    cm->t_tp += (double)c->L * mla.seconds;
+  }
+  add_coll(&cm->ar_intra, &cm->ar_inter, ar, blocks * fwd_times + bwd_blocks);
+  cm->t_tp += (blocks * fwd_times + bwd_blocks) * ar.seconds;
   if (c->Lmoe == 0) return;
   double n = (double)c->Lmoe;
   if (c->ssmb) {

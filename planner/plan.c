@@ -344,10 +344,9 @@ xm_status_t xm_plan_search_with(const xm_spec_t *spec, const xm_plan_options_t *
   if (!s) return XM_ERR_NO_MEMORY;
   s->spec = spec;
   s->check_spec = *spec;
-  if (spec->model.attention == XM_ATTN_MLA) {
-    s->check_spec.model.attention = XM_ATTN_MHA;
-    out->trainable = false;
-  }
+  /* The shared-expert gate (Qwen2-MoE) is counted and costed but the model
+   * builder refuses it: the plan says so instead of promising a build. */
+  if (spec->moe.shared_expert_gate) out->trainable = false;
   s->policy = opts->policy;
   s->recompute_mask =
       policy_recompute_mask(opts->policy) & (opts->recompute_mask ? opts->recompute_mask : ~0u);

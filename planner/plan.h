@@ -34,7 +34,8 @@ typedef struct {
   xm_policy_t policy;
   int64_t world;  /* nodes * ranks_per_node */
   bool trainable; /* false: this version cannot train the model whatever
-                     the layout (MLA attention); the plan is a prediction */
+                     the layout (the shared-expert gate); the plan is a
+                     prediction */
 } xm_plan_result_t;
 
 /* The micro-batches the search tries for data-parallel degree dp: the

@@ -42,11 +42,12 @@
 static inline int64_t xm_ws_min_(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---- RoPE -------------------------------------------------------------------
- * xm_k_rope / xm_k_rope_grad(x, y, B, S, nh, D, theta, ws): the inverse
- * frequencies in double (D/2 of them) at ws, then the cos and sin tables of
- * the S positions (2 x S x D/2 floats). Independent of B and nh. */
-static inline int64_t xm_ws_rope(int64_t S, int64_t D) {
-  int64_t half = D / 2;
+ * xm_k_rope / xm_k_rope_grad(x, y, B, S, nh, D, off, rd, ...): the inverse
+ * frequencies in double (rd/2 of them, rd the rotated span of a row) at ws,
+ * then the cos and sin tables of the S positions (2 x S x rd/2 floats).
+ * Independent of B, nh and the row width D. */
+static inline int64_t xm_ws_rope(int64_t S, int64_t rd) {
+  int64_t half = rd / 2;
   if (S <= 0 || half <= 0) return 0;
   return half * (int64_t)sizeof(double) + 2 * S * half * (int64_t)sizeof(float);
 }

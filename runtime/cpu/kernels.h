@@ -75,13 +75,38 @@ void xm_k_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_
 void xm_k_rmsnorm_grad(const float *dy, const float *x, const float *w, float *dx, float *dw,
                        int64_t rows, int64_t H, float eps, float *ws);
 
-/* HF Llama RoPE (rotate_half) of x[B,S,nh,D] at positions 0..S-1. ws:
- * xm_ws_rope(S, D) bytes (the inverse frequencies and the cos/sin table),
- * for both directions. */
-void xm_k_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D,
-               float theta, float *ws);
+/* HF RoPE (rotate_half) of x[B,S,nh,D] at positions 0..S-1, applied to
+ * the rd elements [off, off+rd) of every row; the others are copied (MLA
+ * rotates only the last qk_rope_head_dim of a query head). With half =
+ * rd/2, frequency i < half is inv[i] = theta^(-2i/rd); when factor != 1
+ * it is YaRN's blend inv[i]/factor * r + inv[i] * (1 - r), r = clamp((i -
+ * ramp_lo) / (ramp_hi - ramp_lo), 0, 1) (ramp_hi += 0.001 when equal),
+ * HF's _compute_yarn_parameters with the correction range precomputed.
+ * The angle p * inv[i] is taken in double; cos and sin are multiplied by
+ * mscale (YaRN's attention factor; 1 otherwise). The pair rotated by
+ * frequency i is (x[off+i], x[off+half+i]), or with interleave (DeepSeek's
+ * rope_interleave) (x[off+2i], x[off+2i+1]); the result is written to
+ * (y[off+i], y[off+half+i]) in both layouts, as HF's
+ * apply_rotary_pos_emb_interleave does. The gradient applies the
+ * transposed rotation, reads dy at (off+i, off+half+i) and writes dx where
+ * the forward read. ws: xm_ws_rope(S, rd) bytes (the inverse frequencies
+ * and the cos/sin table), for both directions. */
+void xm_k_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D, int64_t off,
+               int64_t rd, float theta, float factor, float ramp_lo, float ramp_hi, float mscale,
+               int interleave, float *ws);
 void xm_k_rope_grad(const float *dy, float *dx, int64_t B, int64_t S, int64_t nh, int64_t D,
-                    float theta, float *ws);
+                    int64_t off, int64_t rd, float theta, float factor, float ramp_lo,
+                    float ramp_hi, float mscale, int interleave, float *ws);
+
+/* Concatenation along the last dim: a[R,H,Da], b[R,Hb,Db] -> y[R,H,Da+Db],
+ * Hb == H or Hb == 1 (b broadcast over H: MLA's rotary key, shared by all
+ * heads). split is its adjoint: x[R,H,Da+Db] -> a = x[..., :Da] and b =
+ * x[..., Da:] (Hb == H) or b[r,0,:] = the sum over h of x[r,h,Da:] (Hb ==
+ * 1, summed in double in head order). */
+void xm_k_concat(const float *a, const float *b, float *y, int64_t R, int64_t H, int64_t Hb,
+                 int64_t Da, int64_t Db);
+void xm_k_split(const float *x, float *a, float *b, int64_t R, int64_t H, int64_t Hb, int64_t Da,
+                int64_t Db);
 
 /* Causal attention: q[B,S,Hq,D], k[B,S,Hkv,D], v[B,S,Hkv,Dv] ->
  * out[B,S,Hq,Dv]; query head h uses kv head h / (Hq/Hkv). ws: one

@@ -81,16 +81,16 @@
 
 /* ---- RoPE ------------------------------------------------------------------ */
 
-/* cs[s*half + i] = cos(s * w_i), sn[...] = dir * sin(s * w_i) for positions
- * [s0, s1). */
+/* cs[s*half + i] = m cos(s * w_i), sn[...] = dir * m sin(s * w_i) for
+ * positions [s0, s1). */
 static void rope_table_block(const double *inv_freq, int64_t half, int64_t s0, int64_t s1,
-                             float dir, float *cs, float *sn) {
+                             double m, float dir, float *cs, float *sn) {
   for (int64_t i = 0; i < half; i++) {
     double c = cos((double)s0 * inv_freq[i]), s = sin((double)s0 * inv_freq[i]);
     double dc = cos(inv_freq[i]), ds = sin(inv_freq[i]);
     for (int64_t p = s0; p < s1; p++) {
-      cs[p * half + i] = (float)c;
-      sn[p * half + i] = dir * (float)s;
+      cs[p * half + i] = (float)(m * c);
+      sn[p * half + i] = dir * (float)(m * s);
       double cn = c * dc - s * ds;
       s = s * dc + c * ds;
       c = cn;
@@ -98,53 +98,88 @@ static void rope_table_block(const double *inv_freq, int64_t half, int64_t s0, i
   }
 }
 
-/* dir = +1 rotates forward, -1 applies the inverse rotation (the gradient).
- * ws (xm_ws_rope bytes): inv_freq double[half], then cos [S,half], then
- * sin [S,half] as floats; 8-byte aligned, since half doubles come first. */
+/* Inverse frequency i of rd rotary dims, with YaRN's blend when factor != 1
+ * (runtime/cpu/kernels.h). */
+static double rope_inv_freq(int64_t i, int64_t rd, double theta, double factor, double lo,
+                            double hi) {
+  double f = pow(theta, -2.0 * (double)i / (double)rd);
+  if (factor == 1.0) return f;
+  if (hi == lo) hi += 0.001;
+  double r = ((double)i - lo) / (hi - lo);
+  r = r < 0 ? 0 : r > 1 ? 1 : r;
+  return f / factor * r + f * (1.0 - r);
+}
+
+/* dir = +1 rotates forward, -1 applies the transposed rotation (the
+ * gradient). ws (xm_ws_rope(S, rd) bytes): inv_freq double[half], then cos
+ * [S,half], then sin [S,half] as floats; 8-byte aligned, since half
+ * doubles come first. */
 static void rope_apply(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D,
-                       float theta, float dir, float *ws) {
-  XM_ASSERT(D % 2 == 0);
-  int64_t half = D / 2;
-  if (B <= 0 || S <= 0 || nh <= 0 || half == 0) return;
-  XM_ASSERT(ws != NULL);
+                       int64_t off, int64_t rd, float theta, float factor, float lo, float hi,
+                       float mscale, int interleave, float dir, float *ws) {
+  XM_ASSERT(rd % 2 == 0 && off >= 0 && off + rd <= D);
+  int64_t half = rd / 2;
+  if (B <= 0 || S <= 0 || nh <= 0 || D <= 0) return;
+  if (half > 0) XM_ASSERT(ws != NULL);
   double *inv_freq = (double *)(void *)ws;
-  float *cs = (float *)(void *)(inv_freq + half);
-  float *sn = cs + S * half;
+  float *cs = half > 0 ? (float *)(void *)(inv_freq + half) : NULL;
+  float *sn = cs ? cs + S * half : NULL;
   for (int64_t i = 0; i < half; i++)
-    inv_freq[i] = pow((double)theta, -2.0 * (double)i / (double)D);
-  int64_t nblk = (S + XM_K_ROPE_ANCHOR - 1) / XM_K_ROPE_ANCHOR;
+    inv_freq[i] = rope_inv_freq(i, rd, theta, factor, lo, hi);
+  int64_t nblk = half > 0 ? (S + XM_K_ROPE_ANCHOR - 1) / XM_K_ROPE_ANCHOR : 0;
+  /* forward reads the pair at (a, b) and writes (i, i+half); the gradient
+   * the other way round */
+  int64_t sa = interleave ? 2 : 1, sb = interleave ? 2 : 1, ob = interleave ? 1 : half;
 #pragma omp parallel if (B * S * nh * D >= XM_K_ATTN_PAR_MIN)
   {
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
       int64_t s0 = blk * XM_K_ROPE_ANCHOR;
       int64_t s1 = s0 + XM_K_ROPE_ANCHOR < S ? s0 + XM_K_ROPE_ANCHOR : S;
-      rope_table_block(inv_freq, half, s0, s1, dir, cs, sn);
+      rope_table_block(inv_freq, half, s0, s1, (double)mscale, dir, cs, sn);
     }
 #pragma omp for schedule(static)
     for (int64_t bs = 0; bs < B * S; bs++) {
-      const float *c = cs + (bs % S) * half, *sv = sn + (bs % S) * half;
+      const float *c = cs ? cs + (bs % S) * half : NULL, *sv = sn ? sn + (bs % S) * half : NULL;
       for (int64_t h = 0; h < nh; h++) {
         const float *xr = x + (bs * nh + h) * D;
         float *yr = y + (bs * nh + h) * D;
-        for (int64_t i = 0; i < half; i++) {
-          float x1 = xr[i], x2 = xr[i + half];
-          yr[i] = x1 * c[i] - x2 * sv[i];
-          yr[i + half] = x2 * c[i] + x1 * sv[i];
+        for (int64_t i = 0; i < off; i++)
+          yr[i] = xr[i];
+        for (int64_t i = off + rd; i < D; i++)
+          yr[i] = xr[i];
+        const float *xa = xr + off;
+        float *ya = yr + off;
+        if (dir > 0) {
+          for (int64_t i = 0; i < half; i++) {
+            float x1 = xa[i * sa], x2 = xa[i * sb + ob];
+            ya[i] = x1 * c[i] - x2 * sv[i];
+            ya[i + half] = x2 * c[i] + x1 * sv[i];
+          }
+        } else { /* sv holds -sin: the same formulas give the transpose */
+          for (int64_t i = 0; i < half; i++) {
+            float g1 = xa[i], g2 = xa[i + half];
+            ya[i * sa] = g1 * c[i] - g2 * sv[i];
+            ya[i * sb + ob] = g2 * c[i] + g1 * sv[i];
+          }
         }
       }
     }
   }
 }
 
-void xm_k_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D, float theta,
-               float *ws) {
-  rope_apply(x, y, B, S, nh, D, theta, 1.0f, ws);
+void xm_k_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D, int64_t off,
+               int64_t rd, float theta, float factor, float ramp_lo, float ramp_hi, float mscale,
+               int interleave, float *ws) {
+  rope_apply(x, y, B, S, nh, D, off, rd, theta, factor, ramp_lo, ramp_hi, mscale, interleave,
+             1.0f, ws);
 }
 
 void xm_k_rope_grad(const float *dy, float *dx, int64_t B, int64_t S, int64_t nh, int64_t D,
-                    float theta, float *ws) {
-  rope_apply(dy, dx, B, S, nh, D, theta, -1.0f, ws);
+                    int64_t off, int64_t rd, float theta, float factor, float ramp_lo,
+                    float ramp_hi, float mscale, int interleave, float *ws) {
+  rope_apply(dy, dx, B, S, nh, D, off, rd, theta, factor, ramp_lo, ramp_hi, mscale, interleave,
+             -1.0f, ws);
 }
 
 /* ---- single-threaded GEMM pieces ------------------------------------------ */

@@ -304,6 +304,42 @@ void xm_k_copy(const float *x, float *y, int64_t n) {
   if (n > 0 && x != y) memmove(y, x, (size_t)n * sizeof *y);
 }
 
+void xm_k_concat(const float *a, const float *b, float *y, int64_t R, int64_t H, int64_t Hb,
+                 int64_t Da, int64_t Db) {
+  XM_ASSERT(Hb == H || Hb == 1);
+  int64_t D = Da + Db;
+#pragma omp parallel for if (R * H * D >= XM_K_PAR_MIN) schedule(static)
+  for (int64_t rh = 0; rh < R * H; rh++) {
+    int64_t r = rh / H, h = rh % H;
+    float *yr = y + rh * D;
+    const float *br = b + (r * Hb + (Hb == 1 ? 0 : h)) * Db;
+    if (Da > 0) memcpy(yr, a + rh * Da, (size_t)Da * sizeof *yr);
+    if (Db > 0) memcpy(yr + Da, br, (size_t)Db * sizeof *yr);
+  }
+}
+
+void xm_k_split(const float *x, float *a, float *b, int64_t R, int64_t H, int64_t Hb, int64_t Da,
+                int64_t Db) {
+  XM_ASSERT(Hb == H || Hb == 1);
+  int64_t D = Da + Db;
+#pragma omp parallel for if (R * H * D >= XM_K_PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    for (int64_t h = 0; h < H; h++)
+      if (Da > 0) memcpy(a + (r * H + h) * Da, x + (r * H + h) * D, (size_t)Da * sizeof *a);
+    if (Hb == H) {
+      for (int64_t h = 0; h < H; h++)
+        if (Db > 0) memcpy(b + (r * H + h) * Db, x + (r * H + h) * D + Da, (size_t)Db * sizeof *b);
+      continue;
+    }
+    for (int64_t j = 0; j < Db; j++) { /* the gradient of a broadcast: heads summed in order */
+      double acc = 0;
+      for (int64_t h = 0; h < H; h++)
+        acc += (double)x[(r * H + h) * D + Da + j];
+      b[r * Db + j] = (float)acc;
+    }
+  }
+}
+
 /* ---- activations -------------------------------------------------------- */
 
 /* The tanh form of GeLU, 0.5 v (1 + tanh(z)), equals v sigmoid(2z)

@@ -879,37 +879,110 @@ static void t_rmsnorm_grad(cx_t *c) {
 }
 
 typedef struct {
-  int64_t B, S, nh, D;
-  float theta;
+  int64_t B, S, nh, D, off, rd;
+  float theta, factor, lo, hi, mscale; /* factor 1: plain RoPE, no ramp */
+  int interleave;
 } rope_t;
-static const rope_t k_ropes[] = {{1, 1, 1, 2, 10000.0f},
-                                 {2, 5, 3, 8, 10000.0f},
-                                 {1, 7, 2, 16, 500000.0f},
-                                 {1, 40, 1, 4, 100.0f},
-                                 {2, 128, 4, 32, 10000.0f}}; /* the last above 2^15 */
+/* Plain RoPE on whole heads, then parts of heads (MLA) and interleaved
+ * pairs, then YaRN: DeepSeek-V3's ramp (factor 40, beta_fast 32, beta_slow
+ * 1 over 4096 original positions: the correction range [10, 23] of 64
+ * rotary dims) with its attention factor 0.1 ln 40 + 1, on a whole head and
+ * on MLA's layout, a ramp of zero width (ramp_lo == ramp_hi), and a short
+ * ramp on 16 dims. */
+static const rope_t k_ropes[] = {
+    {1, 1, 1, 2, 0, 2, 10000.0f, 1, 0, 0, 1, 0},
+    {2, 5, 3, 8, 0, 8, 10000.0f, 1, 0, 0, 1, 0},
+    {1, 7, 2, 16, 0, 16, 500000.0f, 1, 0, 0, 1, 0},
+    {1, 40, 1, 4, 0, 4, 100.0f, 1, 0, 0, 1, 0},
+    {2, 128, 4, 32, 0, 32, 10000.0f, 1, 0, 0, 1, 0}, /* above 2^15 */
+    {2, 5, 3, 8, 0, 8, 10000.0f, 1, 0, 0, 1, 1},     /* interleaved pairs */
+    {2, 6, 3, 24, 16, 8, 10000.0f, 1, 0, 0, 1, 0},   /* MLA: the last 8 of 24 */
+    {2, 6, 3, 24, 16, 8, 10000.0f, 1, 0, 0, 1, 1},   /* the same, interleaved */
+    {1, 9, 2, 20, 6, 8, 10000.0f, 1, 0, 0, 1, 1},    /* copies on both sides */
+    {1, 5, 2, 12, 0, 8, 10000.0f, 1, 0, 0, 1, 0},    /* the first 8 of 12 */
+    {1, 3, 2, 6, 2, 0, 10000.0f, 1, 0, 0, 1, 0},     /* rd = 0: a copy, no ws */
+    {1, 33, 2, 64, 0, 64, 10000.0f, 40, 10, 23, 1.3688879f, 0},
+    {2, 20, 2, 96, 32, 64, 10000.0f, 40, 10, 23, 1.3688879f, 1},
+    {1, 70, 1, 16, 0, 16, 10000.0f, 4, 3, 3, 1.1f, 0},
+    {2, 130, 4, 48, 32, 16, 10000.0f, 40, 1, 5, 1.1f, 1}, /* above 2^15 */
+};
+#define N_ROPES ((int)(sizeof k_ropes / sizeof k_ropes[0]))
 
 static void rope_cases(cx_t *c, int grad) {
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < N_ROPES; i++) {
     rope_t s = k_ropes[i];
     int64_t n = s.B * s.S * s.nh * s.D;
-    case_begin(c, "B=%lld S=%lld nh=%lld D=%lld theta=%g", (long long)s.B, (long long)s.S,
-               (long long)s.nh, (long long)s.D, s.theta);
-    float *x = hrand(c, n, -1, 1), *y = hf(c, n), *d = ddirty(c, n);
-    int64_t wf = ws_floats(xm_ws_rope(s.S, s.D));
+    case_begin(c,
+               "B=%lld S=%lld nh=%lld D=%lld off=%lld rd=%lld theta=%g factor=%g ramp=[%g, %g] "
+               "mscale=%g interleave=%d",
+               (long long)s.B, (long long)s.S, (long long)s.nh, (long long)s.D, (long long)s.off,
+               (long long)s.rd, s.theta, s.factor, s.lo, s.hi, s.mscale, s.interleave);
+    float *x = hrand(c, n, -1, 1), *y = hf(c, n), *d = ddirty(c, n + TAIL);
+    int64_t wf = ws_floats(xm_ws_rope(s.S, s.rd));
     float *ws = ws_new(c, wf);
     if (grad) {
-      KT->rope_grad(df(c, x, n), d, s.B, s.S, s.nh, s.D, s.theta, ws);
-      xm_ref_rope_grad(x, y, s.B, s.S, s.nh, s.D, s.theta);
+      KT->rope_grad(df(c, x, n), d, s.B, s.S, s.nh, s.D, s.off, s.rd, s.theta, s.factor, s.lo, s.hi,
+                    s.mscale, s.interleave, ws);
+      xm_ref_rope_grad(x, y, s.B, s.S, s.nh, s.D, s.off, s.rd, s.theta, s.factor, s.lo, s.hi,
+                       s.mscale, s.interleave);
     } else {
-      KT->rope(df(c, x, n), d, s.B, s.S, s.nh, s.D, s.theta, ws);
-      xm_ref_rope(x, y, s.B, s.S, s.nh, s.D, s.theta);
+      KT->rope(df(c, x, n), d, s.B, s.S, s.nh, s.D, s.off, s.rd, s.theta, s.factor, s.lo, s.hi,
+               s.mscale, s.interleave, ws);
+      xm_ref_rope(x, y, s.B, s.S, s.nh, s.D, s.off, s.rd, s.theta, s.factor, s.lo, s.hi, s.mscale,
+                  s.interleave);
     }
     chk_f(c, grad ? "dx" : "y", d, y, n, TOL_TRANS);
+    chk_untouched(c, grad ? "dx past the rows" : "y past the rows", d, n, n + TAIL);
     ws_guard(c, ws, wf, "guard after ws");
   }
 }
 static void t_rope(cx_t *c) { rope_cases(c, 0); }
 static void t_rope_grad(cx_t *c) { rope_cases(c, 1); }
+
+/* concat and split: the part b per head (Hb == H) or shared (Hb == 1). */
+typedef struct {
+  int64_t R, H, Hb, Da, Db;
+} cat_t;
+static const cat_t k_cats[] = {
+    {1, 1, 1, 1, 1},       {3, 4, 4, 5, 3},   {3, 4, 1, 5, 3}, {2, 1, 1, 7, 2},
+    {5, 3, 1, 16, 8},      {7, 16, 1, 12, 4}, /* 16 heads sharing b, as MLA's rotary key */
+    {64, 16, 16, 128, 64},                    /* this and the next: above the CPU's threshold */
+    {64, 16, 1, 128, 64},
+};
+#define N_CATS ((int)(sizeof k_cats / sizeof k_cats[0]))
+
+static void t_concat(cx_t *c) {
+  for (int i = 0; i < N_CATS; i++) {
+    cat_t s = k_cats[i];
+    case_begin(c, "R=%lld H=%lld Hb=%lld Da=%lld Db=%lld", (long long)s.R, (long long)s.H,
+               (long long)s.Hb, (long long)s.Da, (long long)s.Db);
+    int64_t na = s.R * s.H * s.Da, nb = s.R * s.Hb * s.Db, ny = s.R * s.H * (s.Da + s.Db);
+    float *a = hrand(c, na, -3, 3), *b = hrand(c, nb, -3, 3), *y = hf(c, ny);
+    float *d = ddirty(c, ny + TAIL);
+    KT->concat(df(c, a, na), df(c, b, nb), d, s.R, s.H, s.Hb, s.Da, s.Db);
+    xm_ref_concat(a, b, y, s.R, s.H, s.Hb, s.Da, s.Db);
+    chk_f(c, "y", d, y, ny, TOL_EXACT);
+    chk_untouched(c, "y past the rows", d, ny, ny + TAIL);
+  }
+}
+
+static void t_split(cx_t *c) {
+  for (int i = 0; i < N_CATS; i++) {
+    cat_t s = k_cats[i];
+    case_begin(c, "R=%lld H=%lld Hb=%lld Da=%lld Db=%lld", (long long)s.R, (long long)s.H,
+               (long long)s.Hb, (long long)s.Da, (long long)s.Db);
+    int64_t na = s.R * s.H * s.Da, nb = s.R * s.Hb * s.Db, nx = s.R * s.H * (s.Da + s.Db);
+    float *x = hrand(c, nx, -3, 3), *a = hf(c, na), *b = hf(c, nb);
+    float *da = ddirty(c, na + TAIL), *db = ddirty(c, nb + TAIL);
+    KT->split(df(c, x, nx), da, db, s.R, s.H, s.Hb, s.Da, s.Db);
+    xm_ref_split(x, a, b, s.R, s.H, s.Hb, s.Da, s.Db);
+    chk_f(c, "a", da, a, na, TOL_EXACT);
+    /* a broadcast b's gradient sums the heads: a sum of a few terms */
+    chk_f(c, "b", db, b, nb, s.Hb == s.H ? TOL_EXACT : TOL_SHORT);
+    chk_untouched(c, "a past the rows", da, na, na + TAIL);
+    chk_untouched(c, "b past the rows", db, nb, nb + TAIL);
+  }
+}
 
 typedef struct {
   int64_t B, S, Hq, Hkv, D, Dv;
@@ -2398,6 +2471,8 @@ static const entry_t k_kernel_entries[] = {
     {"rmsnorm_grad", t_rmsnorm_grad},
     {"rope", t_rope},
     {"rope_grad", t_rope_grad},
+    {"concat", t_concat},
+    {"split", t_split},
     {"attention", t_attention},
     {"attention_grad", t_attention_grad},
     {"embedding", t_embedding},

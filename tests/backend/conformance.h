@@ -23,7 +23,10 @@
  * the generated code produces: experts with no rows or one row, capacity
  * dropping with tied weights, n == 0 routed rows, k == 1, GQA and MQA with
  * Dv != D, S == 1, ties in top-k, group-limited top-k under both scorings,
- * the accumulating variants (*_acc, beta = 1) onto non-zero buffers, and
+ * RoPE on part of a head (MLA's rotary dims at an offset) or none (rd 0), with
+ * interleaved pairs and with YaRN's frequencies and attention factor,
+ * concat and split with b per head and broadcast over the heads, the
+ * accumulating variants (*_acc, beta = 1) onto non-zero buffers, and
  * for the fused kernels tile_rows 1, 4, 5, 7, 64 and slots 1, 2, 3 with
  * runs that are no multiple of the tile. Shapes are small, plus one per
  * family above the CPU kernels' thresholds for OpenMP teams, so their
@@ -45,12 +48,13 @@
  * Tolerances (|got - want| <= atol + rtol |want|, inputs of order 1, the
  * reference in double): integer outputs (permute, topk_route's experts,
  * accumulate_i32), data movement (copy, fill, gather_rows, embedding,
- * sort_chunks, the memory calls) and both bf16 casts are exact (the cast
- * to bf16 bit for bit, ties to even; any quiet NaN for a NaN); one
- * rounding per element (add, mul, scale, accumulate, the combine's dy)
- * 1e-6 relative; transcendental elementwise kernels, rope and the router
- * scores 1e-5 relative + 1e-6; sums of a few terms (gather_rows_grad,
- * embedding_grad, scatter_combine, top-k weights, aux_loss_grad) 1e-6 +
+ * sort_chunks, concat, split's parts per head, the memory calls) and both
+ * bf16 casts are exact (the cast to bf16 bit for bit, ties to even; any
+ * quiet NaN for a NaN); one rounding per element (add, mul, scale,
+ * accumulate, the combine's dy) 1e-6 relative; transcendental elementwise
+ * kernels, rope and the router scores 1e-5 relative + 1e-6; sums of a few
+ * terms (gather_rows_grad, embedding_grad, scatter_combine, top-k weights,
+ * aux_loss_grad, split's broadcast part, summed over the heads) 1e-6 +
  * 1e-6; cross_entropy_grad (values of order 1/rows) 1e-5 + 1e-7; sums of up
  * to 64 products (GEMMs, norms, attention, the losses, the fused kernels)
  * 1e-5 + 1e-5, both scaled by sqrt(terms / 64) for longer sums (weight

@@ -208,34 +208,102 @@ void xm_ref_rmsnorm_grad(const float *dy, const float *x, const float *w, float 
   free(dwd);
 }
 
-/* rotate_half at position s: a = s theta^(-2i/D) for i < D/2; the backward
- * is the rotation by -a. */
+/* The rotation angle of pair k at position s: s * w_k, w_k = theta^(-2k/rd),
+ * and with factor != 1 YaRN's blend, which moves w_k towards w_k / factor
+ * by the ramp r = clamp((k - lo) / (hi - lo), 0, 1) (hi nudged by 0.001
+ * when hi == lo): w_k (1 - r + r / factor). */
+static double rope_angle(int64_t s, int64_t k, int64_t rd, double theta, double factor, double lo,
+                         double hi) {
+  double w = pow(theta, -2.0 * (double)k / (double)rd);
+  if (factor != 1.0) {
+    if (hi == lo) hi += 0.001;
+    double r = fmin(1.0, fmax(0.0, ((double)k - lo) / (hi - lo)));
+    w *= 1.0 - r + r / factor;
+  }
+  return (double)s * w;
+}
+
+/* rotate_half of the rd dims from off of each row, the rest copied: pair k
+ * (of half = rd/2) is at (k, k + half) of the rotated dims, or at (2k, 2k +
+ * 1) with interleave, and the forward always writes (k, k + half). The
+ * rotation by a, scaled by m: (u, v) -> m (u cos a - v sin a, v cos a + u
+ * sin a). The backward is its transpose, m (u cos a + v sin a, v cos a - u
+ * sin a), reading (k, k + half) and writing where the forward read. */
 static void rope_dir(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D,
-                     float theta, double dir) {
-  int64_t half = D / 2;
+                     int64_t off, int64_t rd, float theta, float factor, float lo, float hi,
+                     float mscale, int interleave, int grad) {
+  int64_t half = rd / 2;
   for (int64_t b = 0; b < B; b++)
     for (int64_t s = 0; s < S; s++)
       for (int64_t h = 0; h < nh; h++) {
         const float *xr = x + ((b * S + s) * nh + h) * D;
         float *yr = y + ((b * S + s) * nh + h) * D;
-        for (int64_t i = 0; i < half; i++) {
-          double a = dir * (double)s * pow((double)theta, -2.0 * (double)i / (double)D);
-          double c = cos(a), sn = sin(a);
-          double x0 = xr[i], x1 = xr[i + half];
-          yr[i] = (float)(x0 * c - x1 * sn);
-          yr[i + half] = (float)(x1 * c + x0 * sn);
+        for (int64_t i = 0; i < D; i++)
+          if (i < off || i >= off + rd) yr[i] = xr[i];
+        for (int64_t k = 0; k < half; k++) {
+          double a = rope_angle(s, k, rd, theta, factor, lo, hi);
+          double c = mscale * cos(a), sn = mscale * sin(a);
+          int64_t p = off + (interleave ? 2 * k : k), q = off + (interleave ? 2 * k + 1 : k + half);
+          int64_t in0 = grad ? off + k : p, in1 = grad ? off + k + half : q;
+          int64_t out0 = grad ? p : off + k, out1 = grad ? q : off + k + half;
+          double u = xr[in0], v = xr[in1];
+          if (grad) sn = -sn;
+          yr[out0] = (float)(u * c - v * sn);
+          yr[out1] = (float)(v * c + u * sn);
         }
       }
 }
 
-void xm_ref_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D,
-                 float theta) {
-  rope_dir(x, y, B, S, nh, D, theta, 1.0);
+void xm_ref_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D, int64_t off,
+                 int64_t rd, float theta, float factor, float ramp_lo, float ramp_hi, float mscale,
+                 int interleave) {
+  rope_dir(x, y, B, S, nh, D, off, rd, theta, factor, ramp_lo, ramp_hi, mscale, interleave, 0);
 }
 
 void xm_ref_rope_grad(const float *dy, float *dx, int64_t B, int64_t S, int64_t nh, int64_t D,
-                      float theta) {
-  rope_dir(dy, dx, B, S, nh, D, theta, -1.0);
+                      int64_t off, int64_t rd, float theta, float factor, float ramp_lo,
+                      float ramp_hi, float mscale, int interleave) {
+  rope_dir(dy, dx, B, S, nh, D, off, rd, theta, factor, ramp_lo, ramp_hi, mscale, interleave, 1);
+}
+
+/* y[r,h,:] = a[r,h,:] followed by b[r,h,:], or b[r,0,:] for every h when
+ * Hb == 1. */
+void xm_ref_concat(const float *a, const float *b, float *y, int64_t R, int64_t H, int64_t Hb,
+                   int64_t Da, int64_t Db) {
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t h = 0; h < H; h++) {
+      float *yr = y + (r * H + h) * (Da + Db);
+      for (int64_t j = 0; j < Da; j++)
+        yr[j] = a[(r * H + h) * Da + j];
+      for (int64_t j = 0; j < Db; j++)
+        yr[Da + j] = b[(r * Hb + (Hb == 1 ? 0 : h)) * Db + j];
+    }
+}
+
+/* The adjoint of concat: a and b are the two parts of each row, except that
+ * a broadcast b (Hb == 1, H > 1 or not) gets the sum over the heads. */
+void xm_ref_split(const float *x, float *a, float *b, int64_t R, int64_t H, int64_t Hb, int64_t Da,
+                  int64_t Db) {
+  double *acc = dzeros(Db);
+  for (int64_t r = 0; r < R; r++) {
+    for (int64_t j = 0; j < Db; j++)
+      acc[j] = 0.0;
+    for (int64_t h = 0; h < H; h++) {
+      const float *xr = x + (r * H + h) * (Da + Db);
+      for (int64_t j = 0; j < Da; j++)
+        a[(r * H + h) * Da + j] = xr[j];
+      for (int64_t j = 0; j < Db; j++) {
+        if (Hb == 1)
+          acc[j] += xr[Da + j];
+        else
+          b[(r * H + h) * Db + j] = xr[Da + j];
+      }
+    }
+    if (Hb == 1)
+      for (int64_t j = 0; j < Db; j++)
+        b[r * Db + j] = (float)acc[j];
+  }
+  free(acc);
 }
 
 /* Causal softmax probabilities p[0..i] of query i of head h in batch b. */

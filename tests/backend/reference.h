@@ -42,10 +42,16 @@ void xm_ref_swiglu_grad(const float *dy, const float *g, const float *u, float *
 void xm_ref_rmsnorm(const float *x, const float *w, float *y, int64_t rows, int64_t H, float eps);
 void xm_ref_rmsnorm_grad(const float *dy, const float *x, const float *w, float *dx, float *dw,
                          int64_t rows, int64_t H, float eps);
-void xm_ref_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D,
-                 float theta);
+void xm_ref_rope(const float *x, float *y, int64_t B, int64_t S, int64_t nh, int64_t D, int64_t off,
+                 int64_t rd, float theta, float factor, float ramp_lo, float ramp_hi, float mscale,
+                 int interleave);
 void xm_ref_rope_grad(const float *dy, float *dx, int64_t B, int64_t S, int64_t nh, int64_t D,
-                      float theta);
+                      int64_t off, int64_t rd, float theta, float factor, float ramp_lo,
+                      float ramp_hi, float mscale, int interleave);
+void xm_ref_concat(const float *a, const float *b, float *y, int64_t R, int64_t H, int64_t Hb,
+                   int64_t Da, int64_t Db);
+void xm_ref_split(const float *x, float *a, float *b, int64_t R, int64_t H, int64_t Hb, int64_t Da,
+                  int64_t Db);
 void xm_ref_attention(const float *q, const float *k, const float *v, float *out, int64_t B,
                       int64_t S, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv, float scale);
 void xm_ref_attention_grad(const float *dout, const float *q, const float *k, const float *v,

@@ -3,7 +3,8 @@
 # and the traffic they log (issue 5, item 5; docs/cost-model.md,
 # "Validation").
 #
-# Compiles tests/e2e/inputs/layouts.json and samples/tiny.json for one rank
+# Compiles tests/e2e/inputs/layouts.json, samples/tiny.json and the MLA
+# model tests/e2e/inputs/layouts_mla.json for one rank
 # and for several layouts (flat and RBD expert parallelism across two
 # emulated nodes, SSMB, ZeRO-1), trains each for 2 steps under mpirun with
 # the step log, and hands the folder to the cost unit test in validation
@@ -34,6 +35,7 @@ for f in /usr/share/common-licenses/*; do [[ -L "$f" ]] || cat "$f"; done >"$dat
 
 layouts="$src/tests/e2e/inputs/layouts.json"
 tiny="$src/samples/tiny.json"
+mla="$src/tests/e2e/inputs/layouts_mla.json"
 
 # name spec dp tp ep ssmb rbd zero ranks-per-node [key=value ...]
 cases=(
@@ -48,6 +50,8 @@ cases=(
   "t_base $tiny 1 1 1 0 0 0 1"
   "t_dp2_ep2_zero1_2nodes $tiny 2 1 2 0 0 1 1"
   "t_tp2_ssmb_ep4_rbd_zero1 $tiny 2 2 4 1 1 1 2"
+  "m_base $mla 1 1 1 0 0 0 1"
+  "m_tp2_ssmb_ep4_rbd_zero1 $mla 2 2 4 1 1 1 2"
 )
 
 : >"$work/cases.txt"

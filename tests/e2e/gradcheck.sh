@@ -51,6 +51,14 @@ specs[attention_bias]="{\"model\": {$base_model, \"attention_bias\": true},
 specs[capacity]="{\"model\": {$base_model},
   \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 8, \"capacity_factor\": 1.0,
           \"aux_alpha\": 0.01}, $training}"
+mla_model='"vocab": 32, "hidden": 16, "layers": 2, "heads": 2, "attention": "mla",
+            "kv_lora_rank": 6, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4,
+            "v_head_dim": 6, "first_k_dense": 1, "dense_ffn": 24'
+specs[mla_q_lora_yarn]="{\"model\": {$mla_model, \"q_lora_rank\": 6, \"rope_interleave\": true,
+  \"yarn_factor\": 4, \"yarn_original_max_position\": 4, \"yarn_mscale_all_dim\": 1},
+  \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 8}, $training}"
+specs[mla_q_proj]="{\"model\": {$mla_model},
+  \"moe\": {\"experts\": 4, \"shared_experts\": 1, \"top_k\": 2, \"expert_ffn\": 8}, $training}"
 specs[dense_only]="{\"model\": {\"vocab\": 32, \"hidden\": 16, \"layers\": 2, \"heads\": 2,
   \"head_dim\": 8, \"dense_ffn\": 24}, $training}"
 

@@ -92,15 +92,81 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def rope(x, theta):
+def yarn_mscale(scale, m=1.0):
+    return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+
+def inv_freq(d, theta, scaling):
+    """transformers' default / YaRN inverse frequencies of d rotary dims and the factor on
+    cos and sin (_compute_default_rope_parameters, _compute_yarn_parameters)."""
+    pos = theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    if not scaling:
+        return 1.0 / pos, 1.0
+    assert scaling.get("rope_type", scaling.get("type")) == "yarn", scaling
+    f = scaling["factor"]
+    orig = scaling["original_max_position_embeddings"]
+    fast, slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+    m, mall = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    att = scaling.get("attention_factor")
+    if att is None:
+        att = yarn_mscale(f, m) / yarn_mscale(f, mall) if m and mall else yarn_mscale(f)
+
+    def corr(rot):
+        return d * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+
+    lo, hi = corr(fast), corr(slow)
+    if scaling.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, d - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = ((torch.arange(d // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+    extrap = 1.0 - ramp
+    return (1.0 / (f * pos)) * (1 - extrap) + (1.0 / pos) * extrap, att
+
+
+def rope(x, theta, scaling=None, interleave=False):
     b, s, h, d = x.shape
-    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    inv, att = inv_freq(d, theta, scaling)
     ang = torch.outer(torch.arange(s, dtype=torch.float64), inv)
     ang = torch.cat([ang, ang], dim=-1)
-    cos = ang.cos().float()[None, :, None, :]
-    sin = ang.sin().float()[None, :, None, :]
+    cos = (ang.cos() * att).float()[None, :, None, :]
+    sin = (ang.sin() * att).float()[None, :, None, :]
+    if interleave:  # apply_rotary_pos_emb_interleave: pairs (2i, 2i+1) moved to (i, i + d/2)
+        x = x.reshape(b, s, h, d // 2, 2).transpose(-1, -2).reshape(b, s, h, d)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def mla(cfg, p, at, hn):
+    """transformers' DeepseekV3Attention (eager, no cache) on hn [B,S,H]."""
+    B, S, _ = hn.shape
+    nh = cfg["num_attention_heads"]
+    dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    kvr = cfg["kv_lora_rank"]
+    scaling = cfg.get("rope_scaling")
+    inter = cfg.get("rope_interleave", True)
+    if cfg.get("q_lora_rank"):
+        qa = rmsnorm(hn @ p[at + "q_a_proj.weight"].T, p[at + "q_a_layernorm.weight"], 1e-6)
+        q = qa @ p[at + "q_b_proj.weight"].T
+    else:
+        q = hn @ p[at + "q_proj.weight"].T
+    q = q.view(B, S, nh, dn + dr)
+    q_pass, q_rot = q[..., :dn], q[..., dn:]
+    ckv = hn @ p[at + "kv_a_proj_with_mqa.weight"].T
+    k_pass, k_rot = ckv[..., :kvr], ckv[..., kvr:]
+    kv = (rmsnorm(k_pass, p[at + "kv_a_layernorm.weight"], 1e-6) @ p[at + "kv_b_proj.weight"].T)
+    kv = kv.view(B, S, nh, dn + dv)
+    k_pass, v = kv[..., :dn], kv[..., dn:]
+    q_rot = rope(q_rot, cfg["rope_theta"], scaling, inter)
+    k_rot = rope(k_rot.view(B, S, 1, dr), cfg["rope_theta"], scaling, inter).expand(B, S, nh, dr)
+    qs = torch.cat([q_pass, q_rot], dim=-1)
+    ks = torch.cat([k_pass, k_rot], dim=-1)
+    scale = (dn + dr) ** -0.5
+    if scaling and scaling.get("mscale_all_dim"):
+        m = yarn_mscale(scaling["factor"], scaling["mscale_all_dim"])
+        scale = scale * m * m
+    return attention(qs, ks, v, scale).reshape(B, S, nh * dv)
 
 
 def attention(q, k, v, scale):
@@ -188,6 +254,20 @@ def moe(cfg, p, pre, t):
     return out, aux
 
 
+def ffn(cfg, p, pre, h, eps, aux_total):
+    """h + FFN(post_attention_layernorm(h)) of layer `pre`, and the aux losses so far."""
+    B, S, H = h.shape
+    i = int(pre.split(".")[2])
+    hn2 = rmsnorm(h, p[pre + "post_attention_layernorm.weight"], eps)
+    if i < cfg.get("first_k_dense_replace", 0) or not cfg.get("n_routed_experts"):
+        m = swiglu(hn2, p[pre + "mlp.gate_proj.weight"], p[pre + "mlp.up_proj.weight"], p[pre + "mlp.down_proj.weight"])
+    else:
+        m, aux = moe(cfg, p, pre, hn2.reshape(B * S, H))
+        m = m.view(B, S, H)
+        aux_total = aux_total + aux
+    return h + m, aux_total
+
+
 def forward(cfg, p, tokens, labels):
     B, S = tokens.shape
     H = cfg["hidden_size"]
@@ -200,6 +280,10 @@ def forward(cfg, p, tokens, labels):
         pre = f"model.layers.{i}."
         hn = rmsnorm(x, p[pre + "input_layernorm.weight"], eps)
         at = pre + "self_attn."
+        if cfg.get("kv_lora_rank"):
+            h = x + mla(cfg, p, at, hn) @ p[pre + "self_attn.o_proj.weight"].T
+            x, aux_total = ffn(cfg, p, pre, h, eps, aux_total)
+            continue
         q, k, v = (hn @ p[at + n + "_proj.weight"].T for n in ("q", "k", "v"))
         if cfg.get("attention_bias"):
             q, k, v = (t + p[at + n + "_proj.bias"] for t, n in zip((q, k, v), "qkv"))
@@ -209,17 +293,11 @@ def forward(cfg, p, tokens, labels):
         q, k, v = q.view(B, S, nh, hd), k.view(B, S, nkv, hd), v.view(B, S, nkv, hd)
         if qk_norm == "head":  # Qwen3: per head
             q, k = rmsnorm(q, p[at + "q_norm.weight"], eps), rmsnorm(k, p[at + "k_norm.weight"], eps)
-        q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
+        scaling, inter = cfg.get("rope_scaling"), cfg.get("rope_interleave", False)
+        q, k = rope(q, cfg["rope_theta"], scaling, inter), rope(k, cfg["rope_theta"], scaling, inter)
         a = attention(q, k, v, 1.0 / math.sqrt(hd)).reshape(B, S, nh * hd)
         h = x + a @ p[pre + "self_attn.o_proj.weight"].T
-        hn2 = rmsnorm(h, p[pre + "post_attention_layernorm.weight"], eps)
-        if i < cfg.get("first_k_dense_replace", 0) or not cfg.get("n_routed_experts"):
-            m = swiglu(hn2, p[pre + "mlp.gate_proj.weight"], p[pre + "mlp.up_proj.weight"], p[pre + "mlp.down_proj.weight"])
-        else:
-            m, aux = moe(cfg, p, pre, hn2.reshape(B * S, H))
-            m = m.view(B, S, H)
-            aux_total = aux_total + aux
-        x = h + m
+        x, aux_total = ffn(cfg, p, pre, h, eps, aux_total)
     xn = rmsnorm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else p["lm_head.weight"]
     logits = xn @ head.T

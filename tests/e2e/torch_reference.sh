@@ -46,6 +46,38 @@ cat >"$work/variant.json" <<'EOF'
 }
 EOF
 
+# DeepSeek-V3-style attention: MLA with a q compression, interleaved RoPE
+# on the rotary part, YaRN (the scaled frequencies, the factor on cos/sin
+# and the softmax mscale); sigmoid group-limited routing with the
+# correction bias and a shared expert. And the q_proj form (q_lora_rank 0) without
+# YaRN or interleaving.
+cat >"$work/mla.json" <<'EOF'
+{
+  "name": "mla",
+  "model": {"vocab": 256, "hidden": 64, "layers": 2, "heads": 4, "attention": "mla",
+            "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 12,
+            "qk_rope_head_dim": 8, "v_head_dim": 10, "first_k_dense": 1, "dense_ffn": 96,
+            "rope_interleave": true, "yarn_factor": 4, "yarn_original_max_position": 16,
+            "yarn_mscale": 0.8, "yarn_mscale_all_dim": 0.9},
+  "moe": {"experts": 8, "top_k": 2, "expert_ffn": 32, "scoring": "sigmoid", "n_group": 4,
+          "topk_group": 2, "norm_topk_prob": true, "routed_scaling": 2.5,
+          "shared_experts": 1},
+  "training": {"seq_len": 32, "micro_batch": 2, "global_batch": 4, "dtype": "fp32", "lr": 0.002,
+               "warmup_steps": 0, "train_steps": 50, "grad_clip": 1.0}
+}
+EOF
+cat >"$work/mla_q.json" <<'EOF'
+{
+  "name": "mla_q",
+  "model": {"vocab": 256, "hidden": 48, "layers": 1, "heads": 2, "attention": "mla",
+            "kv_lora_rank": 8, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4,
+            "v_head_dim": 8},
+  "moe": {"experts": 4, "top_k": 2, "expert_ffn": 16},
+  "training": {"seq_len": 16, "micro_batch": 2, "global_batch": 2, "dtype": "fp32", "lr": 0.002,
+               "warmup_steps": 0, "train_steps": 50}
+}
+EOF
+
 check_model() {
   local spec=$1 name=$2 micro=$3 accum=$4 seq=$5
   local out="$work/$name"
@@ -98,4 +130,6 @@ PYEOF
 
 check_model "$src/samples/tiny.json" tiny 4 2 128
 check_model "$work/variant.json" variant 2 2 64
+check_model "$work/mla.json" mla 2 2 32
+check_model "$work/mla_q.json" mla_q 2 1 16
 echo "torch_reference: ok"

@@ -172,6 +172,13 @@ static void test_deepseek_v3(void **state) {
   assert_true(s.moe.routed_scaling == 2.5);
   assert_true(s.moe.aux_free_gamma > 0);
   assert_true(s.moe.norm_topk_prob);
+  /* rope_scaling (YaRN) and the interleaved pairs, DeepseekV3Config's default */
+  assert_true(s.model.rope_interleave);
+  assert_true(s.model.yarn_factor == 40);
+  assert_int_equal(s.model.yarn_original_max_position, 4096);
+  assert_true(s.model.yarn_beta_fast == 32 && s.model.yarn_beta_slow == 1);
+  assert_true(s.model.yarn_mscale == 1 && s.model.yarn_mscale_all_dim == 1);
+  assert_true(s.model.yarn_attention_factor == 0 && s.model.yarn_truncate);
   assert_int_equal(c.total, 671026419200LL);
   assert_int_equal(c.active, 37552297472LL);
   assert_int_equal(c.moe_layer.router, 256LL * 7168 + 256); /* + e_score_correction_bias */
@@ -204,6 +211,7 @@ static void test_deepseek_v2_lite(void **state) {
   import_file("tests/data/hf/deepseek-v2-lite.json", &s, &c);
   assert_int_equal(s.model.attention, XM_ATTN_MLA);
   assert_int_equal(s.model.q_lora_rank, 0);
+  assert_true(s.model.rope_interleave); /* V2's complex-number RoPE: the same pairs */
   assert_int_equal(s.moe.n_group, 1);
   assert_int_equal(s.moe.scoring, XM_SCORING_SOFTMAX);
   assert_true(s.moe.aux_free_gamma == 0);
@@ -242,6 +250,21 @@ typedef struct {
 } bad_case_t;
 
 static const bad_case_t k_bad[] = {
+    /* rope_scaling: only YaRN (or "default"), its keys typed and bounded */
+    {"samples/hf/deepseek-v3.json", "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}",
+     "/rope_scaling/type"},
+    {"samples/hf/deepseek-v3.json", "rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8}",
+     "/rope_scaling/rope_type"},
+    {"samples/hf/deepseek-v3.json", "rope_scaling", "{\"factor\": 4}", "/rope_scaling/type"},
+    {"samples/hf/deepseek-v3.json", "rope_scaling", "{\"type\": \"yarn\"}", "/rope_scaling/factor"},
+    {"samples/hf/deepseek-v3.json", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 0.5}",
+     "/rope_scaling/factor"},
+    {"samples/hf/deepseek-v3.json", "rope_scaling",
+     "{\"type\": \"yarn\", \"factor\": 4, \"beta_fast\": \"32\"}", "/rope_scaling/beta_fast"},
+    {"samples/hf/deepseek-v3.json", "rope_scaling",
+     "{\"type\": \"yarn\", \"factor\": 4, \"extrapolate\": true}", "/rope_scaling/extrapolate"},
+    {"samples/hf/deepseek-v3.json", "rope_scaling", "[1]", "/rope_scaling"},
+    {"samples/hf/deepseek-v3.json", "rope_interleave", "1", "/rope_interleave"},
     {"samples/hf/mixtral-8x7b.json", "num_experts_per_tok", "\"two\"", "/num_experts_per_tok"},
     {"samples/hf/mixtral-8x7b.json", "num_experts_per_tok", "9", "/num_experts_per_tok"},
     {"samples/hf/mixtral-8x7b.json", "num_experts_per_tok", "0", "/num_experts_per_tok"},

@@ -640,17 +640,93 @@ static void test_param_roles(void **state) {
   assert_string_equal(xm_ir_role_name(XM_ROLE_COUNT_), "?");
 }
 
-static void test_mla_unsupported(void **state) {
+/* transformers' DeepseekV3Attention in the graph: its tensors by name and
+ * shape, RoPE on the rotary span only (interleaved, YaRN-scaled), the
+ * rotary key split off the latent and joined to every head, the softmax
+ * scale with YaRN's mscale_all_dim factor, and exactly the counted
+ * parameters (build_ok). */
+static void test_mla_graph(void **state) {
   (void)state;
   xm_spec_t s = tiny_spec();
-  s.model.attention = XM_ATTN_MLA;
-  s.model.kv_lora_rank = 16;
-  s.model.qk_nope_head_dim = 8;
-  s.model.qk_rope_head_dim = 4;
-  s.model.v_head_dim = 8;
-  expect_unsupported(&s, "/model/attention",
-                     "MLA attention (DeepSeek-V2/V3) is counted and planned by xmoec, but "
-                     "training it is not supported yet");
+  xm_model_spec_t *ms = &s.model;
+  ms->attention = XM_ATTN_MLA;
+  ms->kv_heads = ms->heads;
+  ms->q_lora_rank = 24;
+  ms->kv_lora_rank = 16;
+  ms->qk_nope_head_dim = 8;
+  ms->qk_rope_head_dim = 4;
+  ms->v_head_dim = 6;
+  ms->head_dim = 12;
+  ms->rope_interleave = true;
+  ms->yarn_factor = 40;
+  ms->yarn_original_max_position = 4096;
+  ms->yarn_mscale = 1;
+  ms->yarn_mscale_all_dim = 1;
+  ms->yarn_beta_fast = 32;
+  ms->yarn_beta_slow = 1;
+  ms->yarn_truncate = true;
+  xm_ir_module_t *m = build_ok(&s);
+  int64_t H = ms->hidden, nh = ms->heads, B = s.training.micro_batch, S = s.training.seq_len;
+  expect_param(m, "model.layers.0.self_attn.q_a_proj.weight", 2, 24, H, 0);
+  expect_param(m, "model.layers.0.self_attn.q_a_layernorm.weight", 1, 24, 0, 0);
+  expect_param(m, "model.layers.0.self_attn.q_b_proj.weight", 2, nh * 12, 24, 0);
+  expect_param(m, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", 2, 16 + 4, H, 0);
+  expect_param(m, "model.layers.0.self_attn.kv_a_layernorm.weight", 1, 16, 0, 0);
+  expect_param(m, "model.layers.0.self_attn.kv_b_proj.weight", 2, nh * (8 + 6), 16, 0);
+  expect_param(m, "model.layers.0.self_attn.o_proj.weight", 2, H, nh * 6, 0);
+  assert_null(find_param(m, "model.layers.0.self_attn.q_proj.weight"));
+  assert_null(find_param(m, "model.layers.0.self_attn.k_proj.weight"));
+  assert_int_equal(count_ops(m, XM_OP_SPLIT), 2 * ms->layers);
+  assert_int_equal(count_ops(m, XM_OP_CONCAT), ms->layers);
+  assert_int_equal(count_ops(m, XM_OP_ROPE), 2 * ms->layers);
+  int ropes = 0;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code == XM_OP_ROPE) {
+      const xm_ir_type_t *t = &op->operands[0]->type;
+      bool query = t->dims[2] == nh;
+      assert_int_equal(t->dims[3], query ? 12 : 4);
+      assert_int_equal(xm_ir_op_get_int(op, "rot_offset", 0), query ? 8 : 0);
+      assert_int_equal(xm_ir_op_get_int(op, "rot_dim", t->dims[3]), 4);
+      assert_true(xm_ir_op_get_bool(op, "interleave", false));
+      /* YaRN over 4 dims: find_correction_dim(32) < 0 and (1) = 4 * ln(4096/2pi) / (2 ln
+       * 10000) = 1.41 -> [0, 2] after truncation; attention factor 1 (mscale ==
+       * mscale_all_dim). */
+      assert_true(xm_ir_op_get_float(op, "yarn_factor", 0) == 40.0);
+      assert_true(xm_ir_op_get_float(op, "yarn_low", -1) == 0.0);
+      assert_true(xm_ir_op_get_float(op, "yarn_high", -1) == 2.0);
+      assert_true(xm_ir_op_get_float(op, "mscale", 0) == 1.0);
+      ropes++;
+    } else if (op->code == XM_OP_ATTENTION) {
+      const xm_ir_type_t *k = &op->operands[1]->type, *v = &op->operands[2]->type;
+      assert_int_equal(k->dims[2], nh);
+      assert_int_equal(k->dims[3], 12);
+      assert_int_equal(v->dims[3], 6);
+      assert_int_equal(op->results[0]->type.dims[0], B);
+      assert_int_equal(op->results[0]->type.dims[1], S);
+      double mall = 0.1 * log(40.0) + 1.0;
+      assert_true(fabs(xm_ir_op_get_float(op, "scale", 0) - mall * mall / sqrt(12.0)) < 1e-12);
+    } else if (op->code == XM_OP_CONCAT) {
+      assert_int_equal(op->operands[1]->type.dims[2], 1); /* one rotary key for all heads */
+    }
+  }
+  assert_int_equal(ropes, 2 * ms->layers);
+  xm_ir_module_destroy(m);
+
+  /* DeepSeek-V2-Lite's form: q_proj, no YaRN, no interleave. */
+  ms->q_lora_rank = 0;
+  ms->rope_interleave = false;
+  ms->yarn_factor = 1;
+  m = build_ok(&s);
+  expect_param(m, "model.layers.0.self_attn.q_proj.weight", 2, nh * 12, H, 0);
+  assert_null(find_param(m, "model.layers.0.self_attn.q_a_proj.weight"));
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code != XM_OP_ROPE) continue;
+    assert_null(xm_ir_op_attr(op, "interleave"));
+    assert_null(xm_ir_op_attr(op, "yarn_factor"));
+  }
+  xm_ir_module_destroy(m);
 }
 
 static void test_shared_gate_unsupported(void **state) {
@@ -679,7 +755,7 @@ int main(void) {
       cmocka_unit_test(test_dense_only),
       cmocka_unit_test(test_unnamed_and_single_layer),
       cmocka_unit_test(test_param_roles),
-      cmocka_unit_test(test_mla_unsupported),
+      cmocka_unit_test(test_mla_graph),
       cmocka_unit_test(test_shared_gate_unsupported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -373,14 +373,19 @@ static void test_rmsnorm(void **state) {
 
 typedef struct {
   float *x;
-  int64_t B, S, nh, D;
-  float theta;
+  int64_t B, S, nh, D, off, rd;
+  float theta, factor, lo, hi, mscale;
+  int interleave;
   float *ws;
 } rope_ctx_t;
 static void rope_fwd(void *c, float *out) {
   rope_ctx_t *r = c;
-  xm_k_rope(r->x, out, r->B, r->S, r->nh, r->D, r->theta, r->ws);
+  xm_k_rope(r->x, out, r->B, r->S, r->nh, r->D, r->off, r->rd, r->theta, r->factor, r->lo, r->hi,
+            r->mscale, r->interleave, r->ws);
 }
+
+/* Plain RoPE: f = 1, the whole row, halves layout. */
+#define PLAIN(D) 0, (D), theta, 1.0f, 0.0f, 0.0f, 1.0f, 0
 
 static void test_rope(void **state) {
   (void)state;
@@ -400,20 +405,111 @@ static void test_rope(void **state) {
           ref[o + i + D / 2] = x2 * cos(a) + x1 * sin(a);
         }
   float *ws = ws_buf(xm_ws_rope(S, D));
-  xm_k_rope(x, y, B, S, nh, D, theta, ws);
+  xm_k_rope(x, y, B, S, nh, D, PLAIN(D), ws);
   expect_close("rope", y, ref, n, 1e-6);
   /* position 0 is the identity */
   for (int64_t d = 0; d < D; d++)
     assert_true(y[d] == x[d]);
   /* the gradient is the inverse rotation: rope_grad(rope(x)) == x */
-  xm_k_rope_grad(y, back, B, S, nh, D, theta, ws);
+  xm_k_rope_grad(y, back, B, S, nh, D, PLAIN(D), ws);
   for (int64_t i = 0; i < n; i++)
     ref[i] = x[i];
   expect_close("rope_grad(rope)", back, ref, n, 1e-6);
-  xm_k_rope_grad(dy, dx, B, S, nh, D, theta, ws);
-  rope_ctx_t c = {x, B, S, nh, D, theta, ws};
+  xm_k_rope_grad(dy, dx, B, S, nh, D, PLAIN(D), ws);
+  rope_ctx_t c = {x, B, S, nh, D, 0, D, theta, 1.0f, 0.0f, 0.0f, 1.0f, 0, ws};
   check_grad("rope dx", rope_fwd, &c, x, n, dy, n, dx, n);
   free(x), free(y), free(back), free(dy), free(dx), free(ref), free(ws);
+}
+
+/* MLA's RoPE (transformers' DeepseekV3Attention): only the last rd elements
+ * of a row [nope | rope] turn, the pairs read interleaved (2i, 2i+1) and
+ * written as halves, with YaRN's blended frequencies and the factor on cos
+ * and sin. The reference follows transformers' steps literally: the
+ * permutation of apply_rotary_pos_emb_interleave, then rotate_half. */
+static void test_rope_mla(void **state) {
+  (void)state;
+  int64_t B = 2, S = 7, nh = 3, off = 6, rd = 8, D = off + rd + 2, n = B * S * nh * D;
+  float theta = 10000.0f, factor = 40.0f, lo = 1.0f, hi = 3.0f, mscale = 1.25f;
+  float *x = rand_buf(n, -1, 1), *y = zero_buf(n), *dy = rand_buf(n, -1, 1), *dx = zero_buf(n);
+  double *ref = dzero(n);
+  int64_t half = rd / 2;
+  for (int64_t row = 0; row < B * S * nh; row++) {
+    int64_t s = (row / nh) % S;
+    const float *xr = x + row * D;
+    double *rr = ref + row * D;
+    double perm[64];
+    for (int64_t j = 0; j < half; j++) { /* view(d/2, 2).transpose: evens, then odds */
+      perm[j] = xr[off + 2 * j];
+      perm[half + j] = xr[off + 2 * j + 1];
+    }
+    for (int64_t d = 0; d < D; d++)
+      rr[d] = xr[d];
+    for (int64_t j = 0; j < rd; j++) {
+      int64_t i = j % half;
+      double f = pow(theta, -2.0 * i / rd), ramp = (i - lo) / (hi - lo);
+      ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+      double inv = f / factor * ramp + f * (1 - ramp), a = s * inv;
+      double rot = j < half ? -perm[j + half] : perm[j - half];
+      rr[off + j] = perm[j] * cos(a) * mscale + rot * sin(a) * mscale;
+    }
+  }
+  float *ws = ws_buf(xm_ws_rope(S, rd));
+  xm_k_rope(x, y, B, S, nh, D, off, rd, theta, factor, lo, hi, mscale, 1, ws);
+  expect_close("rope mla", y, ref, n, 1e-6);
+  xm_k_rope_grad(dy, dx, B, S, nh, D, off, rd, theta, factor, lo, hi, mscale, 1, ws);
+  rope_ctx_t c = {x, B, S, nh, D, off, rd, theta, factor, lo, hi, mscale, 1, ws};
+  check_grad("rope mla dx", rope_fwd, &c, x, n, dy, n, dx, n);
+  /* the halves layout with the same span and schedule */
+  xm_k_rope_grad(dy, dx, B, S, nh, D, off, rd, theta, factor, lo, hi, mscale, 0, ws);
+  c.interleave = 0;
+  check_grad("rope span dx", rope_fwd, &c, x, n, dy, n, dx, n);
+  free(x), free(y), free(dy), free(dx), free(ref), free(ws);
+}
+
+/* ---- concat / split --------------------------------------------------------------- */
+
+typedef struct {
+  const float *a, *b;
+  int64_t R, H, Hb, Da, Db;
+} concat_ctx_t;
+static void concat_fwd_a(void *c, float *out) {
+  concat_ctx_t *k = c;
+  xm_k_concat(k->a, k->b, out, k->R, k->H, k->Hb, k->Da, k->Db);
+}
+
+/* concat against its definition, split as its exact adjoint (the head sum
+ * of a broadcast part included): <concat(a, b), dy> = <a, da> + <b, db>. */
+static void concat_case(int64_t R, int64_t H, int64_t Hb, int64_t Da, int64_t Db) {
+  int64_t D = Da + Db, na = R * H * Da, nb = R * Hb * Db, ny = R * H * D;
+  float *a = rand_buf(na, -1, 1), *b = rand_buf(nb, -1, 1), *y = zero_buf(ny);
+  float *dy = rand_buf(ny, -1, 1), *da = zero_buf(na), *db = zero_buf(nb);
+  xm_k_concat(a, b, y, R, H, Hb, Da, Db);
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t d = 0; d < D; d++) {
+        float want = d < Da ? a[(r * H + h) * Da + d] : b[(r * Hb + (Hb == 1 ? 0 : h)) * Db + d - Da];
+        assert_true(y[(r * H + h) * D + d] == want);
+      }
+  xm_k_split(dy, da, db, R, H, Hb, Da, Db);
+  double lhs = 0, rhs = 0;
+  for (int64_t i = 0; i < ny; i++)
+    lhs += (double)y[i] * dy[i];
+  for (int64_t i = 0; i < na; i++)
+    rhs += (double)a[i] * da[i];
+  for (int64_t i = 0; i < nb; i++)
+    rhs += (double)b[i] * db[i];
+  assert_true(fabs(lhs - rhs) <= 1e-5 * (1 + fabs(lhs)));
+  concat_ctx_t c = {a, b, R, H, Hb, Da, Db};
+  check_grad("concat da", concat_fwd_a, &c, a, na, dy, ny, da, na);
+  free(a), free(b), free(y), free(dy), free(da), free(db);
+}
+
+static void test_concat_split(void **state) {
+  (void)state;
+  concat_case(3, 4, 4, 5, 3);  /* a split of equal heads */
+  concat_case(3, 4, 1, 5, 3);  /* MLA's rotary key shared by the heads */
+  concat_case(1, 1, 1, 1, 1);
+  concat_case(40, 16, 1, 64, 32); /* OpenMP path */
 }
 
 /* Far positions: the kernel's cos/sin table walks from anchor positions by
@@ -431,7 +527,7 @@ static void test_rope_long(void **state) {
       ref[s * D + i + D / 2] = x2 * cos(a) + x1 * sin(a);
     }
   float *ws = ws_buf(xm_ws_rope(S, D));
-  xm_k_rope(x, y, 1, S, 1, D, theta, ws);
+  xm_k_rope(x, y, 1, S, 1, D, PLAIN(D), ws);
   expect_close("rope far", y, ref, n, 1e-6);
   free(x), free(y), free(ref), free(ws);
 }
@@ -632,6 +728,8 @@ int main(void) {
       cmocka_unit_test(test_rmsnorm),
       cmocka_unit_test(test_rope),
       cmocka_unit_test(test_rope_long),
+      cmocka_unit_test(test_rope_mla),
+      cmocka_unit_test(test_concat_split),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_embedding),
       cmocka_unit_test(test_cross_entropy),

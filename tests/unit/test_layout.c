@@ -224,23 +224,15 @@ static const layout_case_t cases[] = {
      FLAGS,
      XM_ERR_INVALID_INPUT,
      {{E, "--ranks-per-node", "ranks_per_node must be in [1, 16777216] (0: unknown), got -2"}}},
-    {"mla",
-     BASE_MLA,
-     {1, 1, 1, false, false, 0, 0},
-     SPEC,
-     XM_ERR_UNSUPPORTED,
-     {{E, "/model/attention",
-       "attention \"mla\" cannot be trained yet (check and plan count it); use \"mha\" or "
-       "\"gqa\""}}},
+    /* MLA trains under every layout; tp splits its heads. */
+    {"mla", BASE_MLA, {1, 1, 1, false, false, 0, 0}, SPEC, XM_OK, {{0}}},
+    {"mla with tp and ssmb", BASE_MLA, {1, 4, 4, true, false, 0, 0}, FLAGS, XM_OK, {{0}}},
     {"mla and a bad layout",
      BASE_MLA,
      {1, 1, 1, false, true, 0, 0},
      SPEC,
      XM_ERR_INVALID_INPUT,
-     {{E, "/model/attention",
-       "attention \"mla\" cannot be trained yet (check and plan count it); use \"mha\" or "
-       "\"gqa\""},
-      {E, "/parallel/rbd",
+     {{E, "/parallel/rbd",
        "rbd deduplicates the expert dispatch across the nodes of an EP group and needs ep > 1 "
        "(ep is 1)"}}},
     /* ---- ep with tp needs ssmb ---- */
@@ -283,15 +275,12 @@ static const layout_case_t cases[] = {
       {E, "/cluster/ranks_per_node", "ranks_per_node (3) must divide the world size dp*tp (2)"}}},
     {"qk_norm full without tp", BASE_QK_FULL, {2, 1, 2, false, false, 1, 0}, SPEC, XM_OK, {{0}}},
     {"qk_norm head with tp", BASE_QK_HEAD, {1, 2, 2, true, false, 0, 0}, FLAGS, XM_OK, {{0}}},
-    {"mla and qk_norm full with tp: both unsupported",
+    {"mla and qk_norm full with tp: the norm is unsupported",
      BASE_MLA_QK_FULL,
      {1, 2, 1, false, false, 0, 0},
      SPEC,
      XM_ERR_UNSUPPORTED,
-     {{E, "/model/attention",
-       "attention \"mla\" cannot be trained yet (check and plan count it); use \"mha\" or "
-       "\"gqa\""},
-      {E, "/parallel/tp",
+     {{E, "/parallel/tp",
        "tp (2) cannot split qk_norm \"full\" (/model/qk_norm) yet: the norm runs over the whole "
        "q and k projections, which tensor parallelism splits by heads; use tp 1"}}},
     /* ---- rbd with a capacity factor ---- */

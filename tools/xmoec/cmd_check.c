@@ -152,6 +152,13 @@ static void print_summary(const xm_spec_t *s, const xm_count_t *c, int64_t dense
            m->qk_norm == XM_QK_NORM_HEAD   ? ", per-head q/k norm"
            : m->qk_norm == XM_QK_NORM_FULL ? ", q/k norm"
                                            : "");
+  if (m->rope_interleave || m->yarn_factor > 1) {
+    printf("rope: theta %g%s", m->rope_theta, m->rope_interleave ? ", interleaved pairs" : "");
+    if (m->yarn_factor > 1)
+      printf(", yarn factor %g over %" PRId64 " positions", m->yarn_factor,
+             m->yarn_original_max_position);
+    printf("\n");
+  }
   if (e->experts == 0) {
     printf("moe: none (dense model)\n");
     return;
@@ -218,9 +225,6 @@ static void print_text(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len,
   fmt_human(c->flops_per_token_fwdbwd, true, buf, sizeof buf);
   printf("  forward+backward: %s\n", buf);
   if (s->cluster.present) print_cluster(&s->cluster);
-  if (s->model.attention == XM_ATTN_MLA)
-    printf("note: MLA attention is counted and planned; training it is not supported yet "
-           "(xmoec compile will refuse it)\n");
 }
 
 /* ---- JSON report ----------------------------------------------------------- */
@@ -292,7 +296,7 @@ static int print_json(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len) 
   cJSON_AddNumberToObject(root, "seq_len", (double)seq_len);
   cJSON_AddNumberToObject(root, "flops_per_token_fwd", c->flops_per_token_fwd);
   cJSON_AddNumberToObject(root, "flops_per_token_fwdbwd", c->flops_per_token_fwdbwd);
-  cJSON_AddBoolToObject(root, "trainable", s->model.attention != XM_ATTN_MLA);
+  cJSON_AddBoolToObject(root, "trainable", !s->moe.shared_expert_gate);
   cJSON *tr = cJSON_AddObjectToObject(root, "training");
   cJSON_AddNumberToObject(tr, "seq_len", (double)s->training.seq_len);
   cJSON_AddNumberToObject(tr, "micro_batch", (double)s->training.micro_batch);

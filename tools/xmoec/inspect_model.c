@@ -376,6 +376,8 @@ static double per_element(xm_ir_opcode_t code) {
   case XM_OP_CROSS_ENTROPY_GRAD: return 6;
   case XM_OP_ADAMW: return 12;
   case XM_OP_RESHAPE:
+  case XM_OP_SPLIT:
+  case XM_OP_CONCAT:
   case XM_OP_REPLICATE:
   case XM_OP_NARROW:
   case XM_OP_CONSTANT:

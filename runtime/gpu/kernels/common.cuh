@@ -39,7 +39,8 @@ struct xm_shape_dyn {
   XM_SHAPE_DYN(E) XM_SHAPE_DYN(k) XM_SHAPE_DYN(n_group) XM_SHAPE_DYN(topk_group)
   XM_SHAPE_DYN(capacity) XM_SHAPE_DYN(P) XM_SHAPE_DYN(L) XM_SHAPE_DYN(width)
   XM_SHAPE_DYN(tile_rows) XM_SHAPE_DYN(slots) XM_SHAPE_DYN(step) XM_SHAPE_DYN(chunk)
-  XM_SHAPE_DYN(count)
+  XM_SHAPE_DYN(count) XM_SHAPE_DYN(off) XM_SHAPE_DYN(rd) XM_SHAPE_DYN(R) XM_SHAPE_DYN(Hb)
+  XM_SHAPE_DYN(Da) XM_SHAPE_DYN(Db)
 };
 
 /* A kernel file ends each launcher with XM_G_TABLE(name): in a backend's

@@ -1,12 +1,16 @@
 /* runtime/gpu/kernels/elementwise.cuh — the elementwise, reduction, cast,
- * optimizer and embedding kernels of runtime/abi/kernels.def as GPU
- * templates (semantics: runtime/cpu/kernels.h and runtime/cpu/kernels_*.c).
+ * concat/split, optimizer and embedding kernels of runtime/abi/kernels.def
+ * as GPU templates (semantics: runtime/cpu/kernels.h and
+ * runtime/cpu/kernels_*.c).
  *
  * How work maps to threads (blocks of XM_TILE_THREADS threads):
  *   - add, mul, scale, fill, copy, the activations and their gradients, the
  *     casts, accumulate, accumulate_i32, adamw: one grid-stride loop over
  *     the elements (XM_FOR_GRID, xm_grid_1d blocks), one element per thread
  *     per step, consecutive threads on consecutive elements; one launch.
+ *   - concat, split (along the last dim): one thread per output element
+ *     (split: a's elements, then b's); for split's broadcast b (Hb == 1)
+ *     that thread sums its column over the heads in head order in double.
  *   - adamw_multi: one launch per XM_TILE_ADAMW_TENSORS tensors, their table
  *     in the launch's arguments; a block owns XM_TILE_ADAMW_BLOCK_ELEMS
  *     consecutive elements of one tensor.
@@ -144,6 +148,77 @@ template <class S> void xm_g_copy(xm_stream_t s, const float *x, float *y, int64
   xm_launch("copy", xm_grid_1d(n, XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s, &k_copy<S>, x, y, n);
 }
 XM_G_TABLE(copy)
+
+/* ---- concat, split: along the last dim, b per head or broadcast ---------------
+ * Hb == H: b has a row per (r, h); otherwise (Hb == 1) one row per r shared
+ * by every head (runtime/cpu/kernels.h). */
+
+/* y[r,h,:] = a[r,h,:] ++ b[r,h or 0,:]: a thread per output element. */
+template <class S>
+XM_GLOBAL(XM_TILE_THREADS)
+k_concat(const float *a, const float *b, float *y, int64_t R_, int64_t H_, int64_t Hb_,
+         int64_t Da_, int64_t Db_) {
+  const int64_t R = XM_DIM(S, R, R_), H = XM_DIM(S, H, H_), Hb = XM_DIM(S, Hb, Hb_),
+                Da = XM_DIM(S, Da, Da_), Db = XM_DIM(S, Db, Db_);
+  const int64_t D = Da + Db;
+  XM_FOR_GRID(e, R * H * D) {
+    const int64_t rh = e / D, j = e % D;
+    const int64_t brow = Hb == H ? rh : rh / H;
+    y[e] = j < Da ? a[rh * Da + j] : b[brow * Db + (j - Da)];
+  }
+}
+template <class S>
+void xm_g_concat(xm_stream_t s, const float *a, const float *b, float *y, int64_t R_, int64_t H_,
+                 int64_t Hb_, int64_t Da_, int64_t Db_) {
+  const int64_t R = XM_DIM(S, R, R_), H = XM_DIM(S, H, H_), Da = XM_DIM(S, Da, Da_),
+                Db = XM_DIM(S, Db, Db_);
+  xm_launch("concat", xm_grid_1d(R * H * (Da + Db), XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s,
+            &k_concat<S>, a, b, y, R_, H_, Hb_, Da_, Db_);
+}
+XM_G_TABLE(concat)
+
+/* a = x[..., :Da], b = x[..., Da:] (Hb == H) or b[r,:] = the sum over h of
+ * x[r,h,Da:] (Hb == 1): a thread per output element, a's R*H*Da first,
+ * then b's. A broadcast b's thread adds its column of the R's heads in
+ * head order in double, as the CPU: deterministic, no atomics, and the H
+ * reads of a column are strided by Da + Db, which neighbouring threads
+ * (neighbouring columns) share. */
+template <class S>
+XM_GLOBAL(XM_TILE_THREADS)
+k_split(const float *x, float *a, float *b, int64_t R_, int64_t H_, int64_t Hb_, int64_t Da_,
+        int64_t Db_) {
+  const int64_t R = XM_DIM(S, R, R_), H = XM_DIM(S, H, H_), Hb = XM_DIM(S, Hb, Hb_),
+                Da = XM_DIM(S, Da, Da_), Db = XM_DIM(S, Db, Db_);
+  const int64_t D = Da + Db, na = R * H * Da, nb = R * (Hb == H ? H : 1) * Db;
+  /* divisors: a part of compile-time width 0 has no elements, but the
+   * compilers would still warn about dividing by its width */
+  const int64_t da = Da > 0 ? Da : 1, db = Db > 0 ? Db : 1;
+  XM_FOR_GRID(e, na + nb) {
+    if (e < na) {
+      a[e] = x[(e / da) * D + e % da];
+      continue;
+    }
+    const int64_t f = e - na, row = f / db, j = f % db;
+    if (Hb == H) {
+      b[f] = x[row * D + Da + j];
+      continue;
+    }
+    const float *xc = x + row * H * D + Da + j;
+    double acc = 0.0;
+    for (int64_t h = 0; h < H; h++) acc += (double)xc[h * D];
+    b[f] = (float)acc;
+  }
+}
+template <class S>
+void xm_g_split(xm_stream_t s, const float *x, float *a, float *b, int64_t R_, int64_t H_,
+                int64_t Hb_, int64_t Da_, int64_t Db_) {
+  const int64_t R = XM_DIM(S, R, R_), H = XM_DIM(S, H, H_), Hb = XM_DIM(S, Hb, Hb_),
+                Da = XM_DIM(S, Da, Da_), Db = XM_DIM(S, Db, Db_);
+  const int64_t n = R * H * Da + R * (Hb == H ? H : 1) * Db;
+  xm_launch("split", xm_grid_1d(n, XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s, &k_split<S>, x, a,
+            b, R_, H_, Hb_, Da_, Db_);
+}
+XM_G_TABLE(split)
 
 /* ---- reduce_to: y[j] = sum_r x[r*ny + j] -------------------------------------
  * Block: cw columns (bid_x*cw + c) x (threads / cw) row groups g; group g

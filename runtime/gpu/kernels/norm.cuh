@@ -11,9 +11,13 @@
  *                    column pass, one thread per column summing its rows
  *                    in order (deterministic, no atomics).
  *   rope, rope_grad  one thread per (position, frequency) fills the cos/sin
- *                    table in ws (angles in double, as the CPU), then one
- *                    thread per rotated pair (row, i) applies it; the grad
- *                    is the same with the sine negated.
+ *                    table in ws (inverse frequencies, YaRN blend, angles
+ *                    and the mscale products in double, as the CPU), then
+ *                    one thread per output element: a copy outside the
+ *                    rotated range [off, off+rd), else its pair rotated;
+ *                    the grad is the same with the sine negated and the
+ *                    pair layouts swapped (interleave: read interleaved,
+ *                    write halves; its transpose the other way round).
  *   cross_entropy    a single block (deterministic without scratch): warp w
  *                    takes rows w, w + nwarps, ...; per row a warp max and a
  *                    warp sum of exp in double; per-warp loss totals summed
@@ -169,75 +173,118 @@ XM_G_TABLE(rmsnorm_grad)
 
 /* ---- RoPE -------------------------------------------------------------------- */
 
-/* The table of xm_ws_rope, laid out as the CPU kernel's: inv_freq double[half]
- * (inv_freq[i] = theta^(-2i/D)), then cos [S, half] and dir * sin [S, half]
- * as floats, the angle s * inv_freq[i] in double. A thread per entry; shared
- * by rope (dir 1) and rope_grad (dir -1, the inverse rotation). */
+/* Inverse frequency i of rd rotary dims, in double: theta^(-2i/rd), blended
+ * YaRN-style when factor != 1 (the formula of runtime/cpu/kernels.h). */
+XM_DEV double xm_norm_rope_inv_freq(int64_t i, int64_t rd, double theta, double factor, double lo,
+                                    double hi) {
+  const double f = pow(theta, -2.0 * (double)i / (double)rd);
+  if (factor == 1.0) return f;
+  if (hi == lo) hi += 0.001; /* HF's guard against a zero-width ramp */
+  double r = ((double)i - lo) / (hi - lo);
+  r = r < 0.0 ? 0.0 : r > 1.0 ? 1.0 : r;
+  return f / factor * r + f * (1.0 - r);
+}
+
+/* The table of xm_ws_rope(S, rd), laid out as the CPU kernel's: inv_freq
+ * double[half], then m cos [S, half] and dir * m sin [S, half] as floats
+ * (m = mscale), the angle s * inv_freq[i] and its product with m in
+ * double, rounded to float once. A thread per entry; shared by rope (dir
+ * 1) and rope_grad (dir -1: the transposed rotation). */
 template <class S>
 XM_GLOBAL(XM_TILE_THREADS)
-k_rope_table(int64_t S_, int64_t D_, float theta, float dir, float *ws) {
-  const int64_t Sq = XM_DIM(S, S, S_), D = XM_DIM(S, D, D_);
-  const int64_t half = D / 2;
+k_rope_table(int64_t S_, int64_t rd_, float theta, float factor, float ramp_lo, float ramp_hi,
+             float mscale, float dir, float *ws) {
+  const int64_t Sq = XM_DIM(S, S, S_), rd = XM_DIM(S, rd, rd_);
+  /* hd: a divisor; with rd a compile-time 0 the loop is empty, but the
+   * compilers would still warn about dividing by it */
+  const int64_t half = rd / 2, hd = half > 0 ? half : 1;
   double *inv_freq = (double *)(void *)ws;
   float *cs = (float *)(void *)(inv_freq + half);
   float *sn = cs + Sq * half;
   XM_FOR_GRID(e, Sq * half) {
-    int64_t p = e / half, i = e % half;
-    double f = pow((double)theta, -2.0 * (double)i / (double)D);
+    int64_t p = e / hd, i = e % hd;
+    double f = xm_norm_rope_inv_freq(i, rd, theta, factor, ramp_lo, ramp_hi);
     if (p == 0) inv_freq[i] = f;
-    double a = (double)p * f;
-    cs[e] = (float)cos(a);
-    sn[e] = dir * (float)sin(a);
+    double a = (double)p * f, m = (double)mscale;
+    cs[e] = (float)(m * cos(a));
+    sn[e] = dir * (float)(m * sin(a));
   }
 }
 
-/* y[i] = x[i] cos - x[i+half] sin, y[i+half] = x[i+half] cos + x[i] sin for
- * every (batch, position, head) row of x[B,S,nh,D]; a thread per pair, so
- * consecutive threads read consecutive elements of each half. */
+/* One output element per thread of every (batch, position, head) row of
+ * [B,S,nh,D]: elements outside [off, off+rd) are copied; a rotated one
+ * belongs to pair k (frequency k) as its first or second member and is
+ * first ? a c - b sv : b c + a sv, (a, b) the pair of x. A pair sits at
+ * (k, k+half), or with `il` at (2k, 2k+1); in_il says how x holds it,
+ * out_il how y does: the forward reads interleave's layout and writes the
+ * halves, the gradient (sv = -m sin) the other way round, which with the
+ * same formula is the transposed rotation. A thread per output rather than
+ * per pair, so the copied elements need no second pass and consecutive
+ * threads write consecutive elements; x and y must not overlap. */
 template <class S>
 XM_GLOBAL(XM_TILE_THREADS)
 k_rope_apply(const float *x, float *y, int64_t B_, int64_t S_, int64_t nh_, int64_t D_,
-             const float *ws) {
+             int64_t off_, int64_t rd_, int in_il, int out_il, const float *ws) {
   const int64_t B = XM_DIM(S, B, B_), Sq = XM_DIM(S, S, S_), nh = XM_DIM(S, nh, nh_),
-                D = XM_DIM(S, D, D_);
-  const int64_t half = D / 2;
+                D = XM_DIM(S, D, D_), off = XM_DIM(S, off, off_), rd = XM_DIM(S, rd, rd_);
+  const int64_t half = rd / 2;
   const float *cs = (const float *)(const void *)((const double *)(const void *)ws + half);
   const float *sn = cs + Sq * half;
-  XM_FOR_GRID(e, B * Sq * nh * half) {
-    int64_t row = e / half, i = e % half;
-    int64_t t = ((row / nh) % Sq) * half + i;
-    const float *xr = x + row * D;
-    float *yr = y + row * D;
-    float x1 = xr[i], x2 = xr[i + half], c = cs[t], sv = sn[t];
-    yr[i] = x1 * c - x2 * sv;
-    yr[i + half] = x2 * c + x1 * sv;
+  XM_FOR_GRID(e, B * Sq * nh * D) {
+    const int64_t row = e / D, j = e % D - off;
+    if (j < 0 || j >= rd) {
+      y[e] = x[e];
+      continue;
+    }
+    bool second;
+    int64_t k;
+    if (out_il) {
+      second = (j & 1) != 0;
+      k = j >> 1;
+    } else {
+      second = j >= half;
+      k = second ? j - half : j;
+    }
+    const float *xa = x + row * D + off;
+    const float a = in_il ? xa[2 * k] : xa[k], b = in_il ? xa[2 * k + 1] : xa[k + half];
+    const int64_t t = ((row / nh) % Sq) * half + k;
+    const float c = cs[t], sv = sn[t];
+    y[e] = second ? b * c + a * sv : a * c - b * sv;
   }
 }
 
 template <class S>
 static void xm_g_rope_dir(xm_stream_t s, const float *x, float *y, int64_t B_, int64_t S_,
-                          int64_t nh_, int64_t D_, float theta, float dir, float *ws) {
+                          int64_t nh_, int64_t D_, int64_t off_, int64_t rd_, float theta,
+                          float factor, float ramp_lo, float ramp_hi, float mscale, int interleave,
+                          float dir, float *ws) {
   const int64_t B = XM_DIM(S, B, B_), Sq = XM_DIM(S, S, S_), nh = XM_DIM(S, nh, nh_),
-                D = XM_DIM(S, D, D_);
-  const int64_t half = D / 2;
-  if (B <= 0 || Sq <= 0 || nh <= 0 || half <= 0) return;
-  xm_launch("rope", xm_grid_1d(Sq * half, XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s,
-            &k_rope_table<S>, S_, D_, theta, dir, ws);
-  xm_launch("rope", xm_grid_1d(B * Sq * nh * half, XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s,
-            &k_rope_apply<S>, x, y, B_, S_, nh_, D_, (const float *)ws);
+                D = XM_DIM(S, D, D_), rd = XM_DIM(S, rd, rd_);
+  if (B <= 0 || Sq <= 0 || nh <= 0 || D <= 0) return;
+  /* the forward reads interleave's layout, the gradient writes it */
+  const int il = interleave != 0, in_il = dir > 0 ? il : 0, out_il = dir > 0 ? 0 : il;
+  if (rd / 2 > 0) /* rd == 0: a copy, and ws is 0 bytes */
+    xm_launch("rope", xm_grid_1d(Sq * (rd / 2), XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s,
+              &k_rope_table<S>, S_, rd_, theta, factor, ramp_lo, ramp_hi, mscale, dir, ws);
+  xm_launch("rope", xm_grid_1d(B * Sq * nh * D, XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s,
+            &k_rope_apply<S>, x, y, B_, S_, nh_, D_, off_, rd_, in_il, out_il, (const float *)ws);
 }
 
 template <class S>
 void xm_g_rope(xm_stream_t s, const float *x, float *y, int64_t B_, int64_t S_, int64_t nh_,
-               int64_t D_, float theta, float *ws) {
-  xm_g_rope_dir<S>(s, x, y, B_, S_, nh_, D_, theta, 1.0f, ws);
+               int64_t D_, int64_t off_, int64_t rd_, float theta, float factor, float ramp_lo,
+               float ramp_hi, float mscale, int interleave, float *ws) {
+  xm_g_rope_dir<S>(s, x, y, B_, S_, nh_, D_, off_, rd_, theta, factor, ramp_lo, ramp_hi, mscale,
+                   interleave, 1.0f, ws);
 }
 XM_G_TABLE(rope)
 
 template <class S>
 void xm_g_rope_grad(xm_stream_t s, const float *dy, float *dx, int64_t B_, int64_t S_,
-                    int64_t nh_, int64_t D_, float theta, float *ws) {
-  xm_g_rope_dir<S>(s, dy, dx, B_, S_, nh_, D_, theta, -1.0f, ws);
+                    int64_t nh_, int64_t D_, int64_t off_, int64_t rd_, float theta, float factor,
+                    float ramp_lo, float ramp_hi, float mscale, int interleave, float *ws) {
+  xm_g_rope_dir<S>(s, dy, dx, B_, S_, nh_, D_, off_, rd_, theta, factor, ramp_lo, ramp_hi, mscale,
+                   interleave, -1.0f, ws);
 }
 XM_G_TABLE(rope_grad)
 
