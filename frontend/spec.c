@@ -116,6 +116,13 @@ static void check_attention(const xm_model_spec_t *m, const char *source, xm_dia
     if (m->qk_rope_head_dim % 2 != 0)
       ERR("/model/qk_rope_head_dim", "qk_rope_head_dim (%lld) must be even",
           (long long)m->qk_rope_head_dim);
+    /* MLA has neither: training without them would train another model. */
+    if (m->qk_norm != XM_QK_NORM_NONE)
+      ERR("/model/qk_norm", "qk_norm must be \"none\" with attention \"mla\" (its q and kv "
+          "latents have their own norms, q_a_layernorm and kv_a_layernorm)");
+    if (m->attention_bias)
+      ERR("/model/attention_bias",
+          "attention_bias is not modelled for attention \"mla\" (DeepSeek-V2/V3 have none)");
   }
   if (m->yarn_factor > 1 && m->yarn_original_max_position < 1)
     ERR("/model/yarn_original_max_position",

@@ -60,8 +60,16 @@ specs[sigmoid_groups_capacity]="{\"name\": \"sigmoid_groups_capacity\", \"model\
 specs[gelu_topk1]="{\"name\": \"gelu_topk1\", \"model\": {$base_model, \"tied_embeddings\": true},
   \"moe\": {\"experts\": 4, \"top_k\": 1, \"expert_ffn\": 16, \"activation\": \"gelu\",
           \"norm_topk_prob\": false}, $training}"
+specs[mla_yarn]="{\"name\": \"mla_yarn\", \"model\": {\"vocab\": 64, \"hidden\": 32, \"layers\": 2,
+  \"heads\": 4, \"attention\": \"mla\", \"q_lora_rank\": 12, \"kv_lora_rank\": 8,
+  \"qk_nope_head_dim\": 6, \"qk_rope_head_dim\": 4, \"v_head_dim\": 6, \"rope_interleave\": true,
+  \"yarn_factor\": 4, \"yarn_original_max_position\": 8, \"yarn_mscale_all_dim\": 1,
+  \"first_k_dense\": 1, \"dense_ffn\": 48},
+  \"moe\": {\"experts\": 8, \"shared_experts\": 1, \"top_k\": 2, \"expert_ffn\": 16,
+          \"scoring\": \"sigmoid\", \"n_group\": 4, \"topk_group\": 2, \"aux_free_gamma\": 0.001},
+  $training}"
 
-# The sanitizer build runs the two small models only (AddressSanitizer makes
+# The sanitizer build runs the three small models only (AddressSanitizer makes
 # the emulated tiny sample take minutes per step); the release build runs all.
 sanitize=0
 grep -q '^XM_SANITIZE:BOOL=ON' "$bin/CMakeCache.txt" 2>/dev/null && sanitize=1

@@ -211,6 +211,11 @@ def route(cfg, t, wg, bias):
     return scores, idx, w
 
 
+# Tokens routed to each expert over the step's micro-batches, per MoE layer:
+# the load the aux-free bias update reads.
+LOADS = {}
+
+
 def moe(cfg, p, pre, t):
     e = cfg["n_routed_experts"]
     k = cfg["num_experts_per_tok"]
@@ -229,6 +234,7 @@ def moe(cfg, p, pre, t):
                 order = sorted(range(len(slots)), key=lambda i: (-float(ws[i]), int(flat[i])))
                 for i in order[cap:]:
                     keep[slots[i, 0], slots[i, 1]] = False
+    LOADS[pre] = LOADS.get(pre, 0) + torch.bincount(idx[keep].flatten(), minlength=e)
     out = torch.zeros_like(t)
     gelu = cfg.get("hidden_act", "silu") != "silu"
     for ex in range(e):
@@ -353,6 +359,15 @@ def main():
     if a.grads:
         write_safetensors(a.grads, {n: p.grad for n, p in trainable.items() if p.requires_grad})
     opt.step()
+    # Aux-free balancing (DeepSeek-V3): b += gamma * sign(mean(load) - load), the
+    # step's token counts per expert, outside the optimizer.
+    gamma = cfg.get("aux_free_bias_update_speed", 0.0) or 0.0
+    with torch.no_grad():
+        for pre, load in LOADS.items():
+            name = pre + "mlp.gate.e_score_correction_bias"
+            if gamma > 0 and name in trainable:
+                d = load.double().mean() - load.double()
+                trainable[name] += (gamma * torch.sign(d)).float()
     write_safetensors(a.out, trainable)
     print(json.dumps({"loss": total_loss, "ce": total_ce,
                       "grad_norm": float(norm) if norm is not None else None}))

@@ -130,6 +130,7 @@ PYEOF
 
 check_model "$src/samples/tiny.json" tiny 4 2 128
 check_model "$work/variant.json" variant 2 2 64
+check_model "$src/samples/deepseek-v3-mini.json" deepseek-v3-mini 4 2 128
 check_model "$work/mla.json" mla 2 2 32
 check_model "$work/mla_q.json" mla_q 2 1 16
 echo "torch_reference: ok"

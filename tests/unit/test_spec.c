@@ -105,6 +105,18 @@ static const bad_case_t kBad[] = {
     {"{" M("\"attention\":\"mla\",\"kv_lora_rank\":64,\"qk_nope_head_dim\":32,"
            "\"qk_rope_head_dim\":16") "," TRAIN "}",
      "/model/v_head_dim", "v_head_dim must be > 0"},
+    {"{" M("\"attention\":\"mla\",\"kv_lora_rank\":64,\"qk_nope_head_dim\":32,"
+           "\"qk_rope_head_dim\":16,\"v_head_dim\":32,\"qk_norm\":\"head\"") "," TRAIN "}",
+     "/model/qk_norm", "must be \"none\" with attention \"mla\""},
+    {"{" M("\"attention\":\"mla\",\"kv_lora_rank\":64,\"qk_nope_head_dim\":32,"
+           "\"qk_rope_head_dim\":16,\"v_head_dim\":32,\"attention_bias\":true") "," TRAIN "}",
+     "/model/attention_bias", "not modelled for attention \"mla\""},
+    /* YaRN. */
+    {"{" M("\"yarn_factor\":4") "," TRAIN "}", "/model/yarn_original_max_position",
+     "yarn_factor 4 needs yarn_original_max_position"},
+    {"{" M("\"yarn_factor\":0.5") "," TRAIN "}", "/model/yarn_factor", ""},
+    {"{" M("\"yarn_factor\":4,\"yarn_original_max_position\":64,\"yarn_beta_fast\":0.5")
+     "," TRAIN "}", "/model/yarn_beta_fast", "must be >= yarn_beta_slow"},
     /* Layers. */
     {"{" M("\"first_k_dense\":5") "," TRAIN "," MOE "}", "/model/first_k_dense",
      "exceeds layers (2)"},
