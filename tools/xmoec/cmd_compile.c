@@ -702,6 +702,15 @@ static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
     }
     snprintf(c->gpu_arch, sizeof c->gpu_arch, "%s", arch);
   }
+  if (st == XM_OK && c->spec.training.recompute != XM_RECOMPUTE_NONE) {
+    /* Building the program without it would keep every activation the
+     * spec asked to drop: refused rather than silently ignored. */
+    xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, "/training/recompute",
+                "activation recompute (\"%s\") is costed by xmoec plan but not built by "
+                "compile yet; use \"none\"",
+                c->spec.training.recompute == XM_RECOMPUTE_FULL ? "full" : "selective");
+    st = XM_ERR_UNSUPPORTED;
+  }
   if (st == XM_OK && c->spec.training.dtype == XM_DTYPE_FP16) {
     xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, "/training/dtype",
                 "fp16 training is not built (it needs dynamic loss scaling); use \"bf16\" "
