@@ -519,8 +519,8 @@ static const char *workspace(gen_t *g, const xm_ir_op_t *op) {
 /* rope / rope_grad: the rotated span and the YaRN schedule from the op's
  * attrs (ir/ops.def; the defaults are plain RoPE over the whole row). */
 static void emit_rope(gen_t *g, const xm_ir_op_t *op, const char *kernel) {
-  int64_t D = dim(IN(0), 3), off = xm_ir_op_get_int(op, "rot_offset", 0);
-  int64_t rd = xm_ir_op_get_int(op, "rot_dim", D - off);
+  int64_t D = dim(IN(0), 3), off, rd;
+  xm_ir_rope_span(op, D, &off, &rd);
   CALL(kernel, KV(IN(0)), KV(OUT(0)), KI(dim(IN(0), 0)), KI(dim(IN(0), 1)), KI(dim(IN(0), 2)),
        KI(D), KI(off), KI(rd), KS(fattr(g, op, "theta")),
        KS(num(g, op, xm_ir_op_get_float(op, "yarn_factor", 1.0))),

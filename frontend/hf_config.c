@@ -350,7 +350,8 @@ static void hf_import_rope_scaling(hf_ctx_t *c, xm_spec_t *spec) {
                    "beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, truncate)");
   }
   xm_model_spec_t *m = &spec->model;
-  if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(rs, "factor")))
+  const cJSON *fv = cJSON_GetObjectItemCaseSensitive(rs, "factor");
+  if (!fv || cJSON_IsNull(fv)) /* a present one is checked just below */
     hf_sub_error(c, "rope_scaling", "factor", "YaRN needs its factor (a number >= 1)");
   m->yarn_factor = hf_scaling_real(c, rs, "factor", 1, 1e4, 1);
   double orig = hf_scaling_real(c, rs, "original_max_position_embeddings", 1, 16777216, 0);

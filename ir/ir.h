@@ -241,6 +241,14 @@ double xm_ir_op_get_float(const xm_ir_op_t *op, const char *key, double dflt);
 bool xm_ir_op_get_bool(const xm_ir_op_t *op, const char *key, bool dflt);
 const char *xm_ir_op_get_string(const xm_ir_op_t *op, const char *key, const char *dflt);
 
+/* The rotated span of a rope / rope_grad over rows of width D (ir/ops.def):
+ * attrs rot_offset (default 0) and rot_dim (default D - rot_offset); the
+ * verifier checks that the span lies in the row. */
+static inline void xm_ir_rope_span(const xm_ir_op_t *op, int64_t D, int64_t *off, int64_t *rd) {
+  *off = xm_ir_op_get_int(op, "rot_offset", 0);
+  *rd = xm_ir_op_get_int(op, "rot_dim", D - *off);
+}
+
 /* A param or state: a declaration of the persistent arena, run by neither
  * function of the program. */
 static inline bool xm_ir_op_is_declaration(const xm_ir_op_t *op) {

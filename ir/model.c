@@ -180,8 +180,11 @@ static xm_ir_value_t *rope(builder_t *b, xm_ir_value_t *x, int64_t off, int64_t 
     double lo = yarn_correction_dim(ms->yarn_beta_fast, rd, ms->rope_theta, orig);
     double hi = yarn_correction_dim(ms->yarn_beta_slow, rd, ms->rope_theta, orig);
     if (ms->yarn_truncate) lo = floor(lo), hi = ceil(hi);
-    lo = lo > 0 ? lo : 0;
-    hi = hi < (double)(rd - 1) ? hi : (double)(rd - 1);
+    /* Clamped each on its own side as transformers does: for a tiny
+     * original context hi ends below lo, and its ramp (i - lo) / (hi - lo)
+     * then keeps every frequency (+ 0.0: no -0 in the IR text). */
+    lo = (lo > 0 ? lo : 0) + 0.0;
+    hi = (hi < (double)(rd - 1) ? hi : (double)(rd - 1)) + 0.0;
     double att = ms->yarn_attention_factor;
     if (att <= 0)
       att = ms->yarn_mscale > 0 && ms->yarn_mscale_all_dim > 0
@@ -189,7 +192,7 @@ static xm_ir_value_t *rope(builder_t *b, xm_ir_value_t *x, int64_t off, int64_t 
                 : yarn_get_mscale(f, 1.0);
     xm_ir_op_set_float(b->m, op, "yarn_factor", f);
     xm_ir_op_set_float(b->m, op, "yarn_low", lo);
-    xm_ir_op_set_float(b->m, op, "yarn_high", hi < lo ? lo : hi);
+    xm_ir_op_set_float(b->m, op, "yarn_high", hi);
     xm_ir_op_set_float(b->m, op, "mscale", att);
   }
   return op->results[0];

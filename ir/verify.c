@@ -405,7 +405,8 @@ static void rule_matmul(rule_ctx_t *c, xm_ir_type_t *out) {
 
 /* rope and rope_grad: x[B,S,nh,D] -> same; the rotated span lies in the
  * row and has an even width; the YaRN attrs are finite and the factor and
- * mscale positive. */
+ * mscale positive (the correction range may end below its start, as
+ * transformers computes it for a tiny original context). */
 static void rule_rope(rule_ctx_t *c, xm_ir_type_t *out) {
   attr_float(c, "theta", true);
   attr_float(c, "yarn_factor", false);
@@ -426,13 +427,15 @@ static void rule_rope(rule_ctx_t *c, xm_ir_type_t *out) {
     rule_error(c, "rotates %lld elements of each row, which is odd (rotary pairs need an even "
                "count)", (long long)rd);
   double theta = xm_ir_op_get_float(c->op, "theta", 1);
-  double f = xm_ir_op_get_float(c->op, "yarn_factor", 1), m = xm_ir_op_get_float(c->op, "mscale", 1);
-  double lo = xm_ir_op_get_float(c->op, "yarn_low", 0), hi = xm_ir_op_get_float(c->op, "yarn_high", 0);
+  double f = xm_ir_op_get_float(c->op, "yarn_factor", 1);
+  double m = xm_ir_op_get_float(c->op, "mscale", 1);
+  double lo = xm_ir_op_get_float(c->op, "yarn_low", 0);
+  double hi = xm_ir_op_get_float(c->op, "yarn_high", 0);
   if (!(theta > 0) || !isfinite(theta) || !(f > 0) || !isfinite(f) || !(m > 0) || !isfinite(m) ||
-      !isfinite(lo) || !isfinite(hi) || hi < lo)
+      !isfinite(lo) || !isfinite(hi))
     rule_error(c, "has theta %g, yarn_factor %g, mscale %g and the correction range [%g, %g]: "
-               "theta, the factor and mscale must be finite and > 0, the range finite and "
-               "ordered", theta, f, m, lo, hi);
+               "theta, the factor and mscale must be finite and > 0, the range finite",
+               theta, f, m, lo, hi);
   if (c->errors > e0) return;
   set_result(out, x->dtype, 4, x->dims, x->dynamic);
 }

@@ -45,8 +45,9 @@ static int64_t kernel_bytes(const xm_ir_op_t *op) {
   case XM_OP_ROPE_GRAD: {
     if (!has_rank(op, 0, 4)) return -2;
     const xm_ir_value_t *x = op->operands[0];
-    int64_t off = xm_ir_op_get_int(op, "rot_offset", 0);
-    return xm_ws_rope(dim(x, 1), xm_ir_op_get_int(op, "rot_dim", dim(x, 3) - off));
+    int64_t off, rd;
+    xm_ir_rope_span(op, dim(x, 3), &off, &rd);
+    return xm_ws_rope(dim(x, 1), rd);
   }
   case XM_OP_ATTENTION: {
     if (!has_rank(op, 0, 4)) return -2;

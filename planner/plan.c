@@ -81,7 +81,7 @@ bool xm_plan_policy_allows(xm_policy_t policy, int64_t experts, const xm_cost_po
 
 typedef struct {
   const xm_spec_t *spec;
-  xm_spec_t check_spec; /* the spec the layout check sees (MLA read as MHA) */
+  xm_spec_t check_spec; /* the spec the layout check sees (its micro-batch per candidate) */
   xm_policy_t policy;
   unsigned recompute_mask;
   const xm_cost_routing_t *routing;
@@ -344,9 +344,9 @@ xm_status_t xm_plan_search_with(const xm_spec_t *spec, const xm_plan_options_t *
   if (!s) return XM_ERR_NO_MEMORY;
   s->spec = spec;
   s->check_spec = *spec;
-  /* The shared-expert gate (Qwen2-MoE) is counted and costed but the model
-   * builder refuses it: the plan says so instead of promising a build. */
-  if (spec->moe.shared_expert_gate) out->trainable = false;
+  /* What the model builder refuses is counted and costed, and the plan
+   * says so instead of promising a build. */
+  out->trainable = xm_spec_trainable(spec);
   s->policy = opts->policy;
   s->recompute_mask =
       policy_recompute_mask(opts->policy) & (opts->recompute_mask ? opts->recompute_mask : ~0u);

@@ -713,6 +713,35 @@ static void test_mla_graph(void **state) {
   assert_int_equal(ropes, 2 * ms->layers);
   xm_ir_module_destroy(m);
 
+  /* An original context of 1 over 4 rotary dims: transformers' range is
+   * [max(floor(-2.6), 0), min(ceil(-0.40), 3)] = [0, 0] (no -0 in the IR);
+   * over 64 dims with theta 10000 it is [0, ceil(-6.39)] = [0, -6], a range
+   * that ends below its start and keeps every frequency: not clamped to
+   * lo. */
+  ms->yarn_original_max_position = 1;
+  m = build_ok(&s);
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code != XM_OP_ROPE) continue;
+    assert_true(xm_ir_op_get_float(op, "yarn_low", -1) == 0.0);
+    double hi = xm_ir_op_get_float(op, "yarn_high", -1);
+    assert_true(hi == 0.0 && !signbit(hi));
+  }
+  xm_ir_module_destroy(m);
+  ms->qk_rope_head_dim = 64;
+  ms->head_dim = 8 + 64;
+  m = build_ok(&s);
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code != XM_OP_ROPE) continue;
+    assert_true(xm_ir_op_get_float(op, "yarn_low", -1) == 0.0);
+    assert_true(xm_ir_op_get_float(op, "yarn_high", 0) == -6.0);
+  }
+  xm_ir_module_destroy(m);
+  ms->qk_rope_head_dim = 4;
+  ms->head_dim = 12;
+  ms->yarn_original_max_position = 4096;
+
   /* DeepSeek-V2-Lite's form: q_proj, no YaRN, no interleave. */
   ms->q_lora_rank = 0;
   ms->rope_interleave = false;

@@ -296,7 +296,7 @@ static int print_json(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len) 
   cJSON_AddNumberToObject(root, "seq_len", (double)seq_len);
   cJSON_AddNumberToObject(root, "flops_per_token_fwd", c->flops_per_token_fwd);
   cJSON_AddNumberToObject(root, "flops_per_token_fwdbwd", c->flops_per_token_fwdbwd);
-  cJSON_AddBoolToObject(root, "trainable", !s->moe.shared_expert_gate);
+  cJSON_AddBoolToObject(root, "trainable", xm_spec_trainable(s));
   cJSON *tr = cJSON_AddObjectToObject(root, "training");
   cJSON_AddNumberToObject(tr, "seq_len", (double)s->training.seq_len);
   cJSON_AddNumberToObject(tr, "micro_batch", (double)s->training.micro_batch);

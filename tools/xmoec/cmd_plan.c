@@ -390,7 +390,7 @@ static void print_header(const xm_spec_t *s) {
          cl->ranks_per_node, cl->nodes * cl->ranks_per_node, cl->device_memory_gib);
   printf("model: %s parameters, seq %" PRId64 ", global batch %" PRId64 " sequences\n", params,
          s->training.seq_len, s->training.global_batch);
-  if (s->moe.shared_expert_gate)
+  if (!xm_spec_trainable(s))
     printf("note: this version cannot train the shared-expert gate yet; the plan is a "
            "prediction\n");
 }
@@ -658,7 +658,7 @@ static void json_header(cJSON *root, const xm_spec_t *s) {
   xm_count_params(s, &c);
   cJSON_AddStringToObject(root, "model", s->name);
   cJSON_AddNumberToObject(root, "params", (double)c.total);
-  cJSON_AddBoolToObject(root, "trainable", !s->moe.shared_expert_gate);
+  cJSON_AddBoolToObject(root, "trainable", xm_spec_trainable(s));
   cJSON_AddNumberToObject(root, "seq_len", (double)s->training.seq_len);
   cJSON_AddNumberToObject(root, "global_batch", (double)s->training.global_batch);
   cJSON *k = cJSON_AddObjectToObject(root, "cluster");
