@@ -568,6 +568,11 @@ static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
     break;
   case XM_OP_ROPE: emit_rope(g, op, "rope"); break;
   case XM_OP_SPLIT: /* x[R,H,Da+Db] -> a[R,H,Da], b[R,Hb,Db] */
+    if (IN(0)->type.dtype == XM_DT_I32) { /* rows cut, never summed (ir/verify.c) */
+      CALL("split_i32", KV(IN(0)), KV(OUT(0)), KV(OUT(1)),
+           KS(count_div(g, IN(0), dim(IN(0), -1))), KI(dim(OUT(0), -1)), KI(dim(OUT(1), -1)));
+      break;
+    }
     CALL("split", KV(IN(0)), KV(OUT(0)), KV(OUT(1)),
          KS(count_div(g, IN(0), dim(IN(0), -1) * dim(IN(0), -2))), KI(dim(IN(0), -2)),
          KI(dim(OUT(1), -2)), KI(dim(OUT(0), -1)), KI(dim(OUT(1), -1)));

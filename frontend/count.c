@@ -105,7 +105,24 @@ void xm_count_params(const xm_spec_t *spec, xm_count_t *out) {
   int64_t v_dim = m->attention == XM_ATTN_MLA ? m->v_head_dim : m->head_dim;
   /* Under a causal mask token t attends to t+1 keys: (S+1)/2 on average. */
   double ctx = spec->training.seq_len > 0 ? (double)(spec->training.seq_len + 1) / 2.0 : 0.0;
-  double attn = 2.0 * (double)m->heads * (double)(qk_dim + v_dim) * ctx * (double)m->layers;
+  double attn_layer = 2.0 * (double)m->heads * (double)(qk_dim + v_dim) * ctx;
+  double attn = attn_layer * (double)m->layers;
   out->flops_per_token_fwd = 2.0 * matmul + attn;
   out->flops_per_token_fwdbwd = 3.0 * out->flops_per_token_fwd;
+
+  if (m->mtp_layers > 0) {
+    bool moe = spec->moe.experts > 0;
+    const xm_layer_count_t *l = moe ? &out->moe_layer : &out->dense_layer;
+    xm_layer_count_t lc = *l;
+    int64_t lmm = moe ? moe_mm : dense_mm;
+    if ((moe ? moe_layers : dense_layers) == 0) count_layer(spec, moe, &lc, &lmm);
+    int64_t extra = 2 * m->hidden * m->hidden + 3 * m->hidden;
+    out->mtp_layers = m->mtp_layers;
+    out->mtp_module = lc.total + extra;
+    out->mtp_total = m->mtp_layers * out->mtp_module;
+    out->mtp_active = m->mtp_layers * (lc.active + extra);
+    double per = 2.0 * ((double)lmm + 2.0 * (double)m->hidden * (double)m->hidden + (double)table) +
+                 attn_layer;
+    out->mtp_flops_per_token_fwd = (double)m->mtp_layers * per;
+  }
 }

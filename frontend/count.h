@@ -39,6 +39,17 @@ typedef struct {
   xm_layer_count_t moe_layer;    /* one MoE layer (zero if none) */
   double flops_per_token_fwd;
   double flops_per_token_fwdbwd;
+  /* DeepSeek-V3's multi-token-prediction modules (spec model.mtp_layers),
+   * outside every figure above as DeepSeek's own counts are: each is one
+   * decoder layer (MoE unless every layer is dense) plus eh_proj [H,2H]
+   * and its enorm, hnorm and shared_head.norm; the embedding and head are
+   * the main model's. FLOPs per token of the modules' forward (their
+   * layers, eh_proj, the LM head again, attention at seq_len). */
+  int64_t mtp_layers;
+  int64_t mtp_module;        /* parameters of one module */
+  int64_t mtp_total;         /* all modules */
+  int64_t mtp_active;        /* per token, all modules */
+  double mtp_flops_per_token_fwd;
 } xm_count_t;
 
 /* Fills `out`. Sizes are bounded by validation, so no product overflows. */

@@ -81,7 +81,6 @@ static const char *const k_harmless[] = {
     "attention_dropout",
     "output_router_logits",
     "router_jitter_noise",
-    "num_nextn_predict_layers",
     "quantization_config",
     "pretraining_tp",
     "ep_size",
@@ -120,6 +119,7 @@ static const struct {
     {"head_dim", XM_SECTION_MODEL, "head_dim"},
     {"intermediate_size", XM_SECTION_MODEL, "dense_ffn"},
     {"first_k_dense_replace", XM_SECTION_MODEL, "first_k_dense"},
+    {"num_nextn_predict_layers", XM_SECTION_MODEL, "mtp_layers"},
     {"q_lora_rank", XM_SECTION_MODEL, "q_lora_rank"},
     {"kv_lora_rank", XM_SECTION_MODEL, "kv_lora_rank"},
     {"qk_nope_head_dim", XM_SECTION_MODEL, "qk_nope_head_dim"},
@@ -631,6 +631,8 @@ static void hf_import_ds_moe(hf_ctx_t *c, xm_spec_t *spec, int version) {
              "first_k_dense_replace %lld exceeds "
              "num_hidden_layers %lld",
              (long long)m->first_k_dense, (long long)m->layers);
+  /* DeepSeek-V3's MTP modules (model.layers.{L..L+D-1} in its checkpoints). */
+  if (version == 3) m->mtp_layers = hf_int(c, "num_nextn_predict_layers", false, 0, 0);
   int64_t freq = hf_int(c, "moe_layer_freq", false, 1, 1);
   if (freq != 1)
     hf_error(c, "moe_layer_freq",

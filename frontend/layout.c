@@ -224,6 +224,17 @@ static void check_ssmb(const check_t *c) {
         "ssmb needs micro_batch*seq_len (%lld, /training/micro_batch * /training/seq_len) "
         "divisible by tp (%lld)",
         (long long)tokens, (long long)l->tp);
+  else /* MTP module k runs its MoE block on the S-k positions that have a target */
+    for (int64_t k = 1; k <= c->spec->model.mtp_layers; k++)
+      if (c->spec->training.micro_batch * (c->spec->training.seq_len - k) % l->tp != 0) {
+        ERR(place,
+            "ssmb needs the tokens of MTP module %lld, micro_batch*(seq_len-%lld) = %lld "
+            "(/model/mtp_layers), divisible by tp (%lld)",
+            (long long)k, (long long)k,
+            (long long)(c->spec->training.micro_batch * (c->spec->training.seq_len - k)),
+            (long long)l->tp);
+        break;
+      }
 }
 
 /* The node layout: ranks_per_node must tile the world; rbd and TP groups

@@ -145,6 +145,14 @@ static void check_layers(const xm_spec_t *s, const char *source, xm_diag_t *diag
         s->moe.experts == 0 ? "no experts" : "first_k_dense > 0");
   if (s->moe.experts > 0 && m->layers > 0 && m->first_k_dense == m->layers)
     WARN("/model/first_k_dense", "every layer is dense; the experts are never used");
+  if (m->mtp_layers > 0 && m->mtp_layers >= s->training.seq_len)
+    ERR("/model/mtp_layers",
+        "mtp_layers (%lld) must be below seq_len (%lld): module k predicts token i+k+1 of "
+        "each sequence",
+        (long long)m->mtp_layers, (long long)s->training.seq_len);
+  if (m->mtp_layers > 0 && m->layers + m->mtp_layers > 1024)
+    ERR("/model/mtp_layers", "layers + mtp_layers (%lld) exceeds 1024",
+        (long long)(m->layers + m->mtp_layers));
 }
 
 static void check_routing(const xm_moe_spec_t *e, const char *source, xm_diag_t *diag) {

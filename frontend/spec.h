@@ -64,6 +64,10 @@ typedef struct {
   double yarn_beta_fast, yarn_beta_slow;
   double yarn_mscale, yarn_mscale_all_dim, yarn_attention_factor;
   bool yarn_truncate;
+  /* DeepSeek-V3's multi-token prediction: modules k = 1..mtp_layers, each
+   * predicting token i+k+1 from position i (HF num_nextn_predict_layers);
+   * 0 = none. Counted apart from the model (frontend/count.h). */
+  int64_t mtp_layers;
 } xm_model_spec_t;
 
 typedef struct {
@@ -101,6 +105,7 @@ typedef struct {
   uint64_t seed;
   int zero_stage;            /* 0 or 1 */
   xm_recompute_t recompute;
+  double mtp_loss_weight;    /* lambda: loss += lambda/D * sum_k CE_k (DeepSeek-V3 0.3) */
 } xm_training_spec_t;
 
 typedef struct {

@@ -92,6 +92,7 @@ static const xm_spec_field_t kFields[] = {
     FLT(M, model, yarn_attention_factor, 0, 0, 100, 0,
         "YaRN factor on cos and sin; 0 = derived from the mscales"),
     BOOL(M, model, yarn_truncate, 1, "YaRN rounds its correction range to whole dims"),
+    INT(M, model, mtp_layers, 0, 0, 16, 0, "multi-token prediction modules; 0 = none"),
 
     /* moe */
     INT(E, moe, experts, 0, 0, 4096, REQ, "routed experts E"),
@@ -132,6 +133,7 @@ static const xm_spec_field_t kFields[] = {
     INT(T, training, seed, 1234, 0, P2(53), 0, "random seed"),
     INT(T, training, zero_stage, 0, 0, 1, 0, "ZeRO stage (0 or 1)"),
     ENUM(T, training, recompute, XM_RECOMPUTE_NONE, kRecompute, 0, "activation recomputation"),
+    FLT(T, training, mtp_loss_weight, 0.3, 0, 100, 0, "weight of the MTP losses (their mean)"),
 
     /* cluster (also the top level of a cluster file) */
     {C, "name", XM_FIELD_STRING, offsetof(xm_spec_t, cluster.name), MEMBER_SIZE(cluster.name), 0, 0,

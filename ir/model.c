@@ -33,9 +33,12 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "frontend/hf_arch.h"
+
 typedef struct {
   xm_ir_module_t *m;
   const xm_spec_t *spec;
+  xm_hf_arch_t arch;   /* the checkpoint names' architecture */
   int64_t layer;       /* current layer, -1 outside the layers */
   int64_t B, S, T;     /* micro-batch, sequence length, tokens */
   int64_t H, D;        /* hidden size, head dim */
@@ -61,6 +64,8 @@ typedef struct {
 #define LOC_AUX "/moe/aux_alpha"
 #define LOC_AUX_FREE "/moe/aux_free_gamma"
 #define LOC_INPUTS "/training/seq_len"
+#define LOC_MTP "/model/mtp_layers"
+#define LOC_MTP_WEIGHT "/training/mtp_loss_weight"
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -104,12 +109,15 @@ static xm_ir_op_t *emit1(builder_t *b, xm_ir_opcode_t code, int nops, xm_ir_valu
 /* One-result op without attributes, returning its value. */
 #define VAL(b, code, type, loc, ...) (OP(b, code, type, loc, __VA_ARGS__)->results[0])
 
-/* A parameter; `name` is the full HF tensor name. std < 0: none. */
+/* A parameter; `name` is the full canonical HF tensor name, stored as the
+ * spec's architecture names it (frontend/hf_arch.h). std < 0: none. */
 static xm_ir_value_t *param_named(builder_t *b, const char *name, xm_ir_role_t role,
                                   const char *init, double std, xm_ir_type_t type,
                                   const char *loc) {
   xm_ir_op_t *op = emit1(b, XM_OP_PARAM, 0, NULL, type, loc);
-  xm_ir_op_set_string(b->m, op, "name", name);
+  char arch_name[256];
+  xm_hf_param_name(b->arch, name, arch_name, sizeof arch_name);
+  xm_ir_op_set_string(b->m, op, "name", arch_name);
   xm_ir_op_set_string(b->m, op, "role", xm_ir_role_name(role));
   xm_ir_op_set_string(b->m, op, "init", init);
   if (std >= 0) xm_ir_op_set_float(b->m, op, "std", std);
@@ -471,7 +479,7 @@ static xm_ir_value_t *build_moe(builder_t *b, xm_ir_value_t *hn) {
   if (moe->aux_alpha > 0) {
     xm_ir_op_t *aux = OP(b, XM_OP_AUX_LOSS, scalar_f32(), LOC_AUX, scores, experts);
     xm_ir_op_set_float(b->m, aux, "alpha", moe->aux_alpha);
-    XM_ASSERT(b->num_aux < b->spec->model.layers);
+    XM_ASSERT(b->num_aux < b->spec->model.layers + b->spec->model.mtp_layers);
     b->aux[b->num_aux++] = aux->results[0];
   }
   return reshape(b, r, hn->type, LOC_EXPERTS);
@@ -504,6 +512,62 @@ static xm_ir_value_t *build_input(builder_t *b, const char *name) {
   return op->results[0];
 }
 
+/* ---- multi-token prediction (DeepSeek-V3) ------------------------------ */
+
+/* x[B,S',H] -> the positions [from, from + n) of every sequence: a split of
+ * the flattened rows (its unused part gets a zero gradient). */
+static xm_ir_value_t *positions(builder_t *b, xm_ir_value_t *x, int64_t from, int64_t n) {
+  int64_t Sx = x->type.dims[1];
+  XM_ASSERT(from == 0 || from + n == Sx);
+  xm_ir_value_t *flat = reshape(b, x, F32(b->B, Sx * b->H), LOC_MTP), *head, *tail;
+  split_last(b, flat, (from == 0 ? n : from) * b->H, &head, &tail, LOC_MTP);
+  return reshape(b, from == 0 ? head : tail, F32(b->B, n, b->H), LOC_MTP);
+}
+
+/* The MTP modules k = 1..D over the S-k positions i that have a token
+ * i+k+1 to predict (docs/design.md, Model semantics):
+ *   h'_k = eh_proj([enorm(emb(t_{i+k})), hnorm(h_{k-1}[i])]), embedding first as in
+ *          DeepSeek-V3's released weights (the paper writes the other order);
+ *   h_k  = shared_head.norm(Layer_{L+k-1}(h'_k)), h_0 the main model's
+ *          normalised output; logits_k = h_k W_lm^T with the main LM head;
+ *   loss += lambda / D * sum_k CE(logits_k, labels[:, k:]).
+ * Each module's tensors are model.layers.{L+k-1}.* as in DeepSeek-V3's
+ * checkpoints, and its ops carry that layer. Returns the weighted sum. */
+static xm_ir_value_t *build_mtp(builder_t *b, xm_ir_value_t *x0, xm_ir_value_t *h0,
+                                xm_ir_value_t *labels, xm_ir_value_t *head) {
+  const xm_spec_t *spec = b->spec;
+  int64_t L = spec->model.layers, D = spec->model.mtp_layers, S = b->S;
+  xm_ir_value_t *h = h0, *sum = NULL;
+  for (int64_t k = 1; k <= D; k++) {
+    int64_t Sk = S - k, layer = L + k - 1;
+    b->layer = layer;
+    xm_ir_value_t *e = positions(b, x0, k, Sk);
+    xm_ir_value_t *hp = positions(b, h, 0, Sk);
+    e = layer_rmsnorm(b, e, "enorm.weight", b->H, XM_ROLE_REPLICATED);
+    hp = layer_rmsnorm(b, hp, "hnorm.weight", b->H, XM_ROLE_REPLICATED);
+    xm_ir_value_t *eh = VAL(b, XM_OP_CONCAT, F32(b->B, Sk, 2 * b->H), LOC_MTP, e, hp);
+    xm_ir_value_t *w = layer_param(b, "eh_proj.weight", XM_ROLE_REPLICATED, "normal", 0.02,
+                                   F32(b->H, 2 * b->H), LOC_MTP);
+    xm_ir_value_t *y = matmul(b, eh, w, LOC_MTP);
+    b->S = Sk;
+    b->T = b->B * Sk;
+    y = build_layer(b, layer, y);
+    b->layer = layer;
+    h = layer_rmsnorm(b, y, "shared_head.norm.weight", b->H, XM_ROLE_REPLICATED);
+    xm_ir_value_t *logits = matmul(b, h, head, LOC_MTP);
+    xm_ir_type_t lt[2] = {I32(b->B, k), I32(b->B, Sk)}; /* labels[:, k:] */
+    xm_ir_value_t *lab = emit(b, XM_OP_SPLIT, 1, OPS(labels), 2, lt, LOC_MTP)->results[1];
+    xm_ir_value_t *ce = VAL(b, XM_OP_CROSS_ENTROPY, scalar_f32(), LOC_MTP, logits, lab);
+    sum = sum ? VAL(b, XM_OP_ADD, scalar_f32(), LOC_MTP, sum, ce) : ce;
+  }
+  b->S = S;
+  b->T = b->B * S;
+  xm_ir_op_t *sc = OP(b, XM_OP_SCALE, scalar_f32(), LOC_MTP_WEIGHT, sum);
+  xm_ir_op_set_float(b->m, sc, "factor", spec->training.mtp_loss_weight / (double)D);
+  b->layer = -1;
+  return sc->results[0];
+}
+
 /* Embedding, layers, final norm, LM head, losses, return. */
 static void build_graph(builder_t *b) {
   const xm_model_spec_t *ms = &b->spec->model;
@@ -511,7 +575,8 @@ static void build_graph(builder_t *b) {
   xm_ir_value_t *labels = build_input(b, "labels");
   xm_ir_value_t *embed = param_named(b, "model.embed_tokens.weight", XM_ROLE_REPLICATED, "normal",
                                      0.02, F32(ms->vocab, b->H), LOC_VOCAB);
-  xm_ir_value_t *x = VAL(b, XM_OP_EMBEDDING, F32(b->B, b->S, b->H), LOC_VOCAB, tokens, embed);
+  xm_ir_value_t *x0 = VAL(b, XM_OP_EMBEDDING, F32(b->B, b->S, b->H), LOC_VOCAB, tokens, embed);
+  xm_ir_value_t *x = x0;
   for (int64_t i = 0; i < ms->layers; i++)
     x = build_layer(b, i, x);
 
@@ -524,7 +589,9 @@ static void build_graph(builder_t *b) {
                                         F32(ms->vocab, b->H), LOC_VOCAB);
   xm_ir_value_t *logits = matmul(b, xn, head, LOC_VOCAB);
   xm_ir_value_t *ce = VAL(b, XM_OP_CROSS_ENTROPY, scalar_f32(), LOC_VOCAB, logits, labels);
+  xm_ir_value_t *mtp = ms->mtp_layers > 0 ? build_mtp(b, x0, xn, labels, head) : NULL;
   xm_ir_value_t *loss = ce;
+  if (mtp) loss = VAL(b, XM_OP_ADD, scalar_f32(), LOC_MTP_WEIGHT, loss, mtp);
   for (int64_t i = 0; i < b->num_aux; i++)
     loss = VAL(b, XM_OP_ADD, scalar_f32(), LOC_AUX, loss, b->aux[i]);
   emit(b, XM_OP_RETURN, 2, OPS(loss, ce), 0, NULL, LOC_VOCAB);
@@ -569,15 +636,15 @@ xm_status_t xm_ir_build_model(const xm_spec_t *spec, const char *source, xm_diag
 
   xm_ir_module_t *m = NULL;
   XM_RETURN_IF_ERROR(xm_ir_module_create(spec->name[0] ? spec->name : "model", &m));
-  builder_t b = {.m = m, .spec = spec, .layer = -1};
+  builder_t b = {.m = m, .spec = spec, .arch = xm_hf_arch_of(spec), .layer = -1};
   b.B = spec->training.micro_batch;
   b.S = spec->training.seq_len;
   b.T = b.B * b.S;
   b.H = ms->hidden;
   b.D = ms->head_dim;
   b.out_std = 0.02 / sqrt(2.0 * (double)(ms->layers > 0 ? ms->layers : 1));
-  if (ms->layers > 0) {
-    b.aux = xm_ir_alloc(m, sizeof(xm_ir_value_t *) * (size_t)ms->layers);
+  if (ms->layers + ms->mtp_layers > 0) {
+    b.aux = xm_ir_alloc(m, sizeof(xm_ir_value_t *) * (size_t)(ms->layers + ms->mtp_layers));
     if (!b.aux) {
       xm_ir_module_destroy(m);
       return XM_ERR_NO_MEMORY;

@@ -446,7 +446,9 @@ static void rule_rope(rule_ctx_t *c, xm_ir_type_t *out) {
 static void rule_split(rule_ctx_t *c, xm_ir_type_t *out) {
   int e0 = c->errors;
   need_rank(c, 0, -2);
-  need_float(c, 0);
+  /* i32 (MTP's shifted labels) is only cut, never summed over heads. */
+  bool ints = in(c, 0)->dtype == XM_DT_I32;
+  if (!ints) need_float(c, 0);
   if (c->errors > e0) return;
   const xm_ir_type_t *x = in(c, 0);
   int r = x->rank;
@@ -454,7 +456,9 @@ static void rule_split(rule_ctx_t *c, xm_ir_type_t *out) {
   int64_t db = out[1].rank == r ? out[1].dims[r - 1] : -1;
   /* b's dim -2 is 1 (a head sum) or the operand's (also after the shard
    * pass split the heads); a declared type that is neither mismatches. */
-  int64_t hb = out[1].rank != r ? -1 : out[1].dims[r - 2] == 1 ? 1 : x->dims[r - 2];
+  int64_t hb = out[1].rank != r                               ? -1
+               : out[1].dims[r - 2] == 1 && x->dims[r - 2] != 1 ? (ints ? -1 : 1)
+                                                               : x->dims[r - 2];
   if (da < 1 || db < 1 || hb < 1 || da + db != x->dims[r - 1]) {
     rule_error(c, "results %s and %s do not split operand 0 %s along its last dim (each part "
                "at least 1 wide, the second's dim -2 equal to the operand's or 1)",

@@ -107,6 +107,9 @@ void xm_k_concat(const float *a, const float *b, float *y, int64_t R, int64_t H,
                  int64_t Da, int64_t Db);
 void xm_k_split(const float *x, float *a, float *b, int64_t R, int64_t H, int64_t Hb, int64_t Da,
                 int64_t Db);
+/* The same cut of int rows x[R,Da+Db] -> a[R,Da], b[R,Db] (MTP's shifted
+ * labels). */
+void xm_k_split_i32(const int32_t *x, int32_t *a, int32_t *b, int64_t R, int64_t Da, int64_t Db);
 
 /* Causal attention: q[B,S,Hq,D], k[B,S,Hkv,D], v[B,S,Hkv,Dv] ->
  * out[B,S,Hq,Dv]; query head h uses kv head h / (Hq/Hkv). ws: one

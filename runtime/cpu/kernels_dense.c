@@ -340,6 +340,13 @@ void xm_k_split(const float *x, float *a, float *b, int64_t R, int64_t H, int64_
   }
 }
 
+void xm_k_split_i32(const int32_t *x, int32_t *a, int32_t *b, int64_t R, int64_t Da, int64_t Db) {
+  for (int64_t r = 0; r < R; r++) {
+    if (Da > 0) memcpy(a + r * Da, x + r * (Da + Db), (size_t)Da * sizeof *a);
+    if (Db > 0) memcpy(b + r * Db, x + r * (Da + Db) + Da, (size_t)Db * sizeof *b);
+  }
+}
+
 /* ---- activations -------------------------------------------------------- */
 
 /* The tanh form of GeLU, 0.5 v (1 + tanh(z)), equals v sigmoid(2z)

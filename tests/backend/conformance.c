@@ -984,6 +984,28 @@ static void t_split(cx_t *c) {
   }
 }
 
+/* split_i32: int rows cut (MTP's labels[:, k:]), compared with a cut made
+ * here element by element. */
+static void t_split_i32(cx_t *c) {
+  static const int64_t k_cuts[][3] = {{1, 1, 1}, {2, 1, 15}, {4, 3, 29}, {3, 62, 2}, {64, 1, 511}};
+  for (int i = 0; i < (int)(sizeof k_cuts / sizeof k_cuts[0]); i++) {
+    int64_t R = k_cuts[i][0], Da = k_cuts[i][1], Db = k_cuts[i][2], D = Da + Db;
+    case_begin(c, "R=%lld Da=%lld Db=%lld", (long long)R, (long long)Da, (long long)Db);
+    int32_t *x = hi32(c, R * D), *a = hi32(c, R * Da), *b = hi32(c, R * Db);
+    for (int64_t j = 0; j < R * D; j++)
+      x[j] = (int32_t)irand(c, 1 << 20) - (1 << 19);
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t j = 0; j < D; j++)
+        *(j < Da ? &a[r * Da + j] : &b[r * Db + j - Da]) = x[r * D + j];
+    int32_t *da = ddirty(c, R * Da + TAIL), *db = ddirty(c, R * Db + TAIL);
+    KT->split_i32(di(c, x, R * D), da, db, R, Da, Db);
+    chk_i(c, "a", da, a, R * Da);
+    chk_i(c, "b", db, b, R * Db);
+    chk_untouched(c, "a past the rows", da, R * Da, R * Da + TAIL);
+    chk_untouched(c, "b past the rows", db, R * Db, R * Db + TAIL);
+  }
+}
+
 typedef struct {
   int64_t B, S, Hq, Hkv, D, Dv;
   float scale; /* 0: 1/sqrt(D) */
@@ -2473,6 +2495,7 @@ static const entry_t k_kernel_entries[] = {
     {"rope_grad", t_rope_grad},
     {"concat", t_concat},
     {"split", t_split},
+    {"split_i32", t_split_i32},
     {"attention", t_attention},
     {"attention_grad", t_attention_grad},
     {"embedding", t_embedding},

@@ -64,7 +64,7 @@ specs[mla_yarn]="{\"name\": \"mla_yarn\", \"model\": {\"vocab\": 64, \"hidden\":
   \"heads\": 4, \"attention\": \"mla\", \"q_lora_rank\": 12, \"kv_lora_rank\": 8,
   \"qk_nope_head_dim\": 6, \"qk_rope_head_dim\": 4, \"v_head_dim\": 6, \"rope_interleave\": true,
   \"yarn_factor\": 4, \"yarn_original_max_position\": 8, \"yarn_mscale_all_dim\": 1,
-  \"first_k_dense\": 1, \"dense_ffn\": 48},
+  \"first_k_dense\": 1, \"dense_ffn\": 48, \"mtp_layers\": 1},
   \"moe\": {\"experts\": 8, \"shared_experts\": 1, \"top_k\": 2, \"expert_ffn\": 16,
           \"scoring\": \"sigmoid\", \"n_group\": 4, \"topk_group\": 2, \"aux_free_gamma\": 0.001},
   $training}"

@@ -59,6 +59,14 @@ specs[mla_q_lora_yarn]="{\"model\": {$mla_model, \"q_lora_rank\": 6, \"rope_inte
   \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 8}, $training}"
 specs[mla_q_proj]="{\"model\": {$mla_model},
   \"moe\": {\"experts\": 4, \"shared_experts\": 1, \"top_k\": 2, \"expert_ffn\": 8}, $training}"
+# Two chained MTP modules. Every expert chosen (top_k = experts): no
+# routing decision to flip under the finite-difference steps of the
+# modules' MoE blocks; a loss weight of 20 lifts the second module's
+# attention gradients above the fp32 noise of the loss.
+specs[mtp_two_modules]="{\"model\": {$base_model, \"mtp_layers\": 2},
+  \"moe\": {\"experts\": 4, \"top_k\": 4, \"expert_ffn\": 8, \"aux_alpha\": 0.02},
+  \"training\": {\"seq_len\": 8, \"micro_batch\": 2, \"global_batch\": 2, \"dtype\": \"fp32\",
+                \"mtp_loss_weight\": 20}}"
 specs[dense_only]="{\"model\": {\"vocab\": 32, \"hidden\": 16, \"layers\": 2, \"heads\": 2,
   \"head_dim\": 8, \"dense_ffn\": 24}, $training}"
 

@@ -9,7 +9,9 @@
 # SSMB and expert parallelism, with RBD and ZeRO-1. Every layout must give
 # the one-rank loss at every step (relative difference <= 1e-4) and the
 # one-rank weights (every weight of the final checkpoint, <= 1e-3 of the
-# tensor's largest magnitude). 4-rank layouts run as 2 emulated nodes of 2.
+# tensor's largest magnitude). The model has one multi-token-prediction
+# module (its MoE block on 31 of the 32 positions, its head the main one).
+# 4-rank layouts run as 2 emulated nodes of 2.
 set -euo pipefail
 src="${XM_SOURCE_DIR:?}"
 bin="${XM_BINARY_DIR:?}"
@@ -62,6 +64,7 @@ base = log(os.path.join(work, "base.jsonl"))
 assert sorted(base) == list(range(1, steps + 1)), sorted(base)
 base_w = tensors(os.path.join(work, "base.ckpt"))
 assert any("kv_a_proj_with_mqa" in k for k in base_w), "no MLA tensor in the checkpoint"
+assert "model.layers.2.eh_proj.weight" in base_w, "no MTP module in the checkpoint"
 for name in names[1:]:
     run = log(os.path.join(work, name + ".jsonl"))
     if sorted(run) != sorted(base):

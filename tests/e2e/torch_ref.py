@@ -274,41 +274,68 @@ def ffn(cfg, p, pre, h, eps, aux_total):
     return h + m, aux_total
 
 
-def forward(cfg, p, tokens, labels):
-    B, S = tokens.shape
-    H = cfg["hidden_size"]
+def layer(cfg, p, i, x, aux_total):
+    """Decoder layer i over x [B,S,H]; returns its output and the aux losses so far."""
+    B, S, H = x.shape
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim") or H // nh
     eps = cfg["rms_norm_eps"]
-    x = p["model.embed_tokens.weight"][tokens]
+    pre = f"model.layers.{i}."
+    hn = rmsnorm(x, p[pre + "input_layernorm.weight"], eps)
+    at = pre + "self_attn."
+    if cfg.get("kv_lora_rank"):
+        h = x + mla(cfg, p, at, hn) @ p[pre + "self_attn.o_proj.weight"].T
+        return ffn(cfg, p, pre, h, eps, aux_total)
+    q, k, v = (hn @ p[at + n + "_proj.weight"].T for n in ("q", "k", "v"))
+    if cfg.get("attention_bias"):
+        q, k, v = (t + p[at + n + "_proj.bias"] for t, n in zip((q, k, v), "qkv"))
+    qk_norm = cfg.get("qk_norm", "none")
+    if qk_norm == "full":  # OLMoE: over the whole projection
+        q, k = rmsnorm(q, p[at + "q_norm.weight"], eps), rmsnorm(k, p[at + "k_norm.weight"], eps)
+    q, k, v = q.view(B, S, nh, hd), k.view(B, S, nkv, hd), v.view(B, S, nkv, hd)
+    if qk_norm == "head":  # Qwen3: per head
+        q, k = rmsnorm(q, p[at + "q_norm.weight"], eps), rmsnorm(k, p[at + "k_norm.weight"], eps)
+    scaling, inter = cfg.get("rope_scaling"), cfg.get("rope_interleave", False)
+    q, k = rope(q, cfg["rope_theta"], scaling, inter), rope(k, cfg["rope_theta"], scaling, inter)
+    a = attention(q, k, v, 1.0 / math.sqrt(hd)).reshape(B, S, nh * hd)
+    h = x + a @ p[pre + "self_attn.o_proj.weight"].T
+    return ffn(cfg, p, pre, h, eps, aux_total)
+
+
+def ce_loss(logits, labels):
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def forward(cfg, p, tokens, labels, mtp=(0, 0.0)):
+    """(loss, ce) of one micro-batch; mtp = (D, lambda): DeepSeek-V3's multi-token
+    prediction, module k predicting token i+k+1 at position i from
+    eh_proj([enorm(emb(t_{i+k})), hnorm(h_{k-1}[i])]) through decoder layer L+k-1, then
+    shared_head.norm and the main head; loss += lambda/D * sum_k CE_k."""
+    eps = cfg["rms_norm_eps"]
+    L = cfg["num_hidden_layers"]
+    emb = p["model.embed_tokens.weight"][tokens]
+    x = emb
     aux_total = torch.zeros(())
-    for i in range(cfg["num_hidden_layers"]):
-        pre = f"model.layers.{i}."
-        hn = rmsnorm(x, p[pre + "input_layernorm.weight"], eps)
-        at = pre + "self_attn."
-        if cfg.get("kv_lora_rank"):
-            h = x + mla(cfg, p, at, hn) @ p[pre + "self_attn.o_proj.weight"].T
-            x, aux_total = ffn(cfg, p, pre, h, eps, aux_total)
-            continue
-        q, k, v = (hn @ p[at + n + "_proj.weight"].T for n in ("q", "k", "v"))
-        if cfg.get("attention_bias"):
-            q, k, v = (t + p[at + n + "_proj.bias"] for t, n in zip((q, k, v), "qkv"))
-        qk_norm = cfg.get("qk_norm", "none")
-        if qk_norm == "full":  # OLMoE: over the whole projection
-            q, k = rmsnorm(q, p[at + "q_norm.weight"], eps), rmsnorm(k, p[at + "k_norm.weight"], eps)
-        q, k, v = q.view(B, S, nh, hd), k.view(B, S, nkv, hd), v.view(B, S, nkv, hd)
-        if qk_norm == "head":  # Qwen3: per head
-            q, k = rmsnorm(q, p[at + "q_norm.weight"], eps), rmsnorm(k, p[at + "k_norm.weight"], eps)
-        scaling, inter = cfg.get("rope_scaling"), cfg.get("rope_interleave", False)
-        q, k = rope(q, cfg["rope_theta"], scaling, inter), rope(k, cfg["rope_theta"], scaling, inter)
-        a = attention(q, k, v, 1.0 / math.sqrt(hd)).reshape(B, S, nh * hd)
-        h = x + a @ p[pre + "self_attn.o_proj.weight"].T
-        x, aux_total = ffn(cfg, p, pre, h, eps, aux_total)
+    for i in range(L):
+        x, aux_total = layer(cfg, p, i, x, aux_total)
     xn = rmsnorm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else p["lm_head.weight"]
-    logits = xn @ head.T
-    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
-    return ce + aux_total, ce
+    ce = ce_loss(xn @ head.T, labels)
+    loss = ce
+    D, lam = mtp
+    if D > 0:
+        S = tokens.shape[1]
+        h, total = xn, 0.0
+        for k in range(1, D + 1):
+            pre = f"model.layers.{L + k - 1}."
+            e = rmsnorm(emb[:, k:], p[pre + "enorm.weight"], eps)
+            hp = rmsnorm(h[:, :S - k], p[pre + "hnorm.weight"], eps)
+            y = torch.cat([e, hp], -1) @ p[pre + "eh_proj.weight"].T
+            y, aux_total = layer(cfg, p, L + k - 1, y, aux_total)
+            h = rmsnorm(y, p[pre + "shared_head.norm.weight"], eps)
+            total = total + ce_loss(h @ head.T, labels[:, k:])
+        loss = loss + total * (lam / D)
+    return loss + aux_total, ce
 
 
 def batches(tokens, windows, seq, micro):
@@ -333,13 +360,17 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     cfg, params = read_checkpoint(a.ckpt)
+    # The MTP modules and their loss weight come from the spec the program
+    # was compiled from (a training setting, not in config.json).
+    spec = json.load(open(os.path.join(a.ckpt, "spec.json")))
+    mtp = (spec["model"].get("mtp_layers", 0), spec.get("training", {}).get("mtp_loss_weight", 0.3))
     tokens = read_tokens(a.data)
     windows = [int(w) for w in a.windows.split(",")]
     trainable = {n: t.clone().requires_grad_(not n.endswith("e_score_correction_bias")) for n, t in params.items()}
     micro_batches = list(batches(tokens, windows, a.seq, a.micro))
     total_loss, total_ce = 0.0, 0.0
     for t, l in micro_batches:
-        loss, ce = forward(cfg, trainable, t, l)
+        loss, ce = forward(cfg, trainable, t, l, mtp)
         if a.mode == "step":
             (loss / len(micro_batches)).backward()
         total_loss += float(loss) / len(micro_batches)

@@ -78,6 +78,19 @@ cat >"$work/mla_q.json" <<'EOF'
 }
 EOF
 
+# Multi-token prediction with two chained modules over GQA attention, an
+# aux loss in every MoE block (the modules' too) and another loss weight.
+cat >"$work/mtp.json" <<'EOF'
+{
+  "name": "mtp",
+  "model": {"vocab": 256, "hidden": 48, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 12,
+            "first_k_dense": 1, "dense_ffn": 64, "mtp_layers": 2},
+  "moe": {"experts": 4, "top_k": 2, "expert_ffn": 24, "aux_alpha": 0.01},
+  "training": {"seq_len": 24, "micro_batch": 2, "global_batch": 4, "dtype": "fp32", "lr": 0.002,
+               "warmup_steps": 0, "train_steps": 50, "mtp_loss_weight": 0.5}
+}
+EOF
+
 check_model() {
   local spec=$1 name=$2 micro=$3 accum=$4 seq=$5
   local out="$work/$name"
@@ -133,4 +146,5 @@ check_model "$work/variant.json" variant 2 2 64
 check_model "$src/samples/deepseek-v3-mini.json" deepseek-v3-mini 4 2 128
 check_model "$work/mla.json" mla 2 2 32
 check_model "$work/mla_q.json" mla_q 2 1 16
+check_model "$work/mtp.json" mtp 2 2 24
 echo "torch_reference: ok"

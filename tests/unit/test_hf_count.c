@@ -181,6 +181,11 @@ static void test_deepseek_v3(void **state) {
   assert_true(s.model.yarn_attention_factor == 0 && s.model.yarn_truncate);
   assert_int_equal(c.total, 671026419200LL);
   assert_int_equal(c.active, 37552297472LL);
+  /* num_nextn_predict_layers 1: one MoE layer + eh_proj [H, 2H] + 3 norms,
+   * outside the total. */
+  assert_int_equal(s.model.mtp_layers, 1);
+  assert_int_equal(c.mtp_total, c.moe_layer.total + 2LL * 7168 * 7168 + 3 * 7168);
+  assert_int_equal(c.mtp_total, 11610068224LL);
   assert_int_equal(c.moe_layer.router, 256LL * 7168 + 256); /* + e_score_correction_bias */
   int64_t attn = 7168LL * 1536 + 1536 + 1536LL * 128 * 192 + 7168LL * 576 + 512 +
                  512LL * 128 * 256 + 128LL * 128 * 7168;

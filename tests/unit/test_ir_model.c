@@ -43,11 +43,12 @@ static xm_ir_module_t *build_ok(const xm_spec_t *s) {
   assert_int_equal(st, XM_OK);
   assert_int_equal(xm_diag_error_count(&d), 0);
   xm_diag_free(&d);
-  /* The graph holds exactly the tensors `xmoec check` counts. */
+  /* The graph holds exactly the tensors `xmoec check` counts (the MTP
+   * modules apart). */
   {
     xm_count_t c;
     xm_count_params(s, &c);
-    assert_int_equal(param_elements(m), c.total);
+    assert_int_equal(param_elements(m), c.total + c.mtp_total);
   }
   return m;
 }
@@ -758,6 +759,65 @@ static void test_mla_graph(void **state) {
   xm_ir_module_destroy(m);
 }
 
+/* Two MTP modules on the tiny spec (3 layers): model.layers.3 and .4 hold
+ * each module's norms, eh_proj [H, 2H] and a whole MoE layer over S-k
+ * positions; three cross-entropies (main, k = 1, 2), labels cut by i32
+ * splits, and the modules' losses scaled by lambda / D into the total. */
+static void test_mtp_graph(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.model.mtp_layers = 2;
+  s.training.mtp_loss_weight = 0.4;
+  xm_ir_module_t *m = build_ok(&s);
+  int64_t H = s.model.hidden, B = s.training.micro_batch, S = s.training.seq_len;
+  int64_t L = s.model.layers, E = s.moe.experts;
+  for (int64_t k = 1; k <= 2; k++) {
+    char name[128];
+    const char *norms[] = {"enorm", "hnorm", "shared_head.norm"};
+    for (int j = 0; j < 3; j++) {
+      snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)(L + k - 1), norms[j]);
+      expect_param(m, name, 1, H, 0, 0);
+    }
+    snprintf(name, sizeof name, "model.layers.%lld.eh_proj.weight", (long long)(L + k - 1));
+    expect_param(m, name, 2, H, 2 * H, 0);
+    snprintf(name, sizeof name, "model.layers.%lld.mlp.experts.{e}.up_proj.weight",
+             (long long)(L + k - 1));
+    expect_param(m, name, 3, E, s.moe.expert_ffn, H);
+  }
+  assert_null(find_param(m, "model.layers.5.eh_proj.weight"));
+  assert_int_equal(count_ops(m, XM_OP_CROSS_ENTROPY), 3);
+  assert_int_equal(count_ops(m, XM_OP_ATTENTION), 5);
+  assert_int_equal(count_ops(m, XM_OP_AUX_LOSS), 4); /* 2 main MoE layers + 2 modules */
+  int label_cuts = 0, attn = 0, scales = 0;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    int64_t layer = xm_ir_op_get_int(op, "layer", -1);
+    if (op->code == XM_OP_SPLIT && op->operands[0]->type.dtype == XM_DT_I32) {
+      int64_t k = layer - L + 1;
+      assert_true(k == 1 || k == 2);
+      assert_int_equal(op->results[0]->type.dims[1], k);
+      assert_int_equal(op->results[1]->type.dims[0], B);
+      assert_int_equal(op->results[1]->type.dims[1], S - k);
+      label_cuts++;
+    } else if (op->code == XM_OP_ATTENTION && layer >= L) {
+      assert_int_equal(op->results[0]->type.dims[1], S - (layer - L + 1));
+      attn++;
+    } else if (op->code == XM_OP_SCALE) {
+      assert_true(fabs(xm_ir_op_get_float(op, "factor", 0) - 0.2) < 1e-15);
+      assert_string_equal(op->loc, "/training/mtp_loss_weight");
+      scales++;
+    } else if (op->code == XM_OP_CROSS_ENTROPY && layer >= L) {
+      int64_t k = layer - L + 1;
+      assert_int_equal(op->operands[0]->type.dims[1], S - k); /* logits [B, S-k, V] */
+      assert_int_equal(op->operands[0]->type.dims[2], s.model.vocab);
+    }
+  }
+  assert_int_equal(label_cuts, 2);
+  assert_int_equal(attn, 2);
+  assert_int_equal(scales, 1);
+  xm_ir_module_destroy(m);
+}
+
 static void test_shared_gate_unsupported(void **state) {
   (void)state;
   xm_spec_t s = tiny_spec();
@@ -785,6 +845,7 @@ int main(void) {
       cmocka_unit_test(test_unnamed_and_single_layer),
       cmocka_unit_test(test_param_roles),
       cmocka_unit_test(test_mla_graph),
+      cmocka_unit_test(test_mtp_graph),
       cmocka_unit_test(test_shared_gate_unsupported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

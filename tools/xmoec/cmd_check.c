@@ -217,6 +217,12 @@ static void print_text(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len,
   printf("  embeddings:   %s\n", buf);
   fmt_human((double)c->final_norm, false, buf, sizeof buf);
   printf("  final norm:   %s\n", buf);
+  if (c->mtp_layers > 0) {
+    fmt_human((double)c->mtp_total, false, buf, sizeof buf);
+    printf("  mtp:          %s in %" PRId64 " module%s, not in the total (a layer, eh_proj and 3 "
+           "norms each; embedding and head shared)\n",
+           buf, c->mtp_layers, c->mtp_layers == 1 ? "" : "s");
+  }
   print_layer_table(c, dense > 0, moe > 0);
   printf("flops per token (seq_len %" PRId64 "%s):\n", seq_len,
          seq_defaulted ? ", assumed: the spec sets none" : "");
@@ -224,6 +230,10 @@ static void print_text(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len,
   printf("  forward:          %s\n", buf);
   fmt_human(c->flops_per_token_fwdbwd, true, buf, sizeof buf);
   printf("  forward+backward: %s\n", buf);
+  if (c->mtp_layers > 0) {
+    fmt_human(c->mtp_flops_per_token_fwd, true, buf, sizeof buf);
+    printf("  mtp forward:      %s more (x3 with backward)\n", buf);
+  }
   if (s->cluster.present) print_cluster(&s->cluster);
 }
 
@@ -296,6 +306,12 @@ static int print_json(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len) 
   cJSON_AddNumberToObject(root, "seq_len", (double)seq_len);
   cJSON_AddNumberToObject(root, "flops_per_token_fwd", c->flops_per_token_fwd);
   cJSON_AddNumberToObject(root, "flops_per_token_fwdbwd", c->flops_per_token_fwdbwd);
+  cJSON *mtp = cJSON_AddObjectToObject(root, "mtp"); /* outside params_* and flops_* */
+  cJSON_AddNumberToObject(mtp, "modules", (double)c->mtp_layers);
+  cJSON_AddNumberToObject(mtp, "params_per_module", (double)c->mtp_module);
+  cJSON_AddNumberToObject(mtp, "params_total", (double)c->mtp_total);
+  cJSON_AddNumberToObject(mtp, "params_active", (double)c->mtp_active);
+  cJSON_AddNumberToObject(mtp, "flops_per_token_fwd", c->mtp_flops_per_token_fwd);
   cJSON_AddBoolToObject(root, "trainable", xm_spec_trainable(s));
   cJSON *tr = cJSON_AddObjectToObject(root, "training");
   cJSON_AddNumberToObject(tr, "seq_len", (double)s->training.seq_len);

@@ -220,6 +220,29 @@ void xm_g_split(xm_stream_t s, const float *x, float *a, float *b, int64_t R_, i
 }
 XM_G_TABLE(split)
 
+/* a = x[r, :Da], b = x[r, Da:] of int rows: a thread per output element. */
+template <class S>
+XM_GLOBAL(XM_TILE_THREADS)
+k_split_i32(const int32_t *x, int32_t *a, int32_t *b, int64_t R_, int64_t Da_, int64_t Db_) {
+  const int64_t R = XM_DIM(S, R, R_), Da = XM_DIM(S, Da, Da_), Db = XM_DIM(S, Db, Db_);
+  const int64_t D = Da + Db, na = R * Da;
+  const int64_t da = Da > 0 ? Da : 1, db = Db > 0 ? Db : 1; /* see k_split */
+  XM_FOR_GRID(e, na + R * Db) {
+    if (e < na)
+      a[e] = x[(e / da) * D + e % da];
+    else
+      b[e - na] = x[((e - na) / db) * D + Da + (e - na) % db];
+  }
+}
+template <class S>
+void xm_g_split_i32(xm_stream_t s, const int32_t *x, int32_t *a, int32_t *b, int64_t R_,
+                    int64_t Da_, int64_t Db_) {
+  const int64_t R = XM_DIM(S, R, R_), Da = XM_DIM(S, Da, Da_), Db = XM_DIM(S, Db, Db_);
+  xm_launch("split_i32", xm_grid_1d(R * (Da + Db), XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s,
+            &k_split_i32<S>, x, a, b, R_, Da_, Db_);
+}
+XM_G_TABLE(split_i32)
+
 /* ---- reduce_to: y[j] = sum_r x[r*ny + j] -------------------------------------
  * Block: cw columns (bid_x*cw + c) x (threads / cw) row groups g; group g
  * sums rows g, g + groups, ... in double; the groups are then added in a
