@@ -530,11 +530,23 @@ static void emit_rope(gen_t *g, const xm_ir_op_t *op, const char *kernel) {
        KS(xm_ir_op_get_bool(op, "interleave", false) ? "1" : "0"), KS(workspace(g, op)));
 }
 
+/* b is a verified broadcast operand of a that gives one value per row of a
+ * (mul's and reduce_to's per-row form, ir/ops.def): a's shape with the
+ * last dim 1 where a's is not. A trailing suffix of a never looks so. */
+static bool per_row(const xm_ir_value_t *a, const xm_ir_value_t *b) {
+  return a->type.rank > 0 && b->type.rank == a->type.rank && dim(b, -1) == 1 && dim(a, -1) != 1;
+}
+
 /* Elementwise, shape and dense transformer ops; false when not one. */
 static bool emit_dense(gen_t *g, const xm_ir_op_t *op) {
   switch (op->code) {
   case XM_OP_ADD:
   case XM_OP_MUL:
+    if (per_row(IN(0), IN(1))) { /* a[..., H] * b[..., 1]: the shared-expert gate */
+      CALL("mul_rows", KV(IN(0)), KV(IN(1)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))),
+           KI(dim(IN(0), -1)));
+      break;
+    }
     CALL(op->code == XM_OP_ADD ? "add" : "mul", KV(IN(0)), KV(IN(1)), KV(OUT(0)),
          KS(count(g, IN(0))), KS(count(g, IN(1))));
     break;
@@ -625,6 +637,11 @@ static bool emit_dense_grad(gen_t *g, const xm_ir_op_t *op) {
          KI(dim(IN(0), -1)));
     break;
   case XM_OP_REDUCE_TO:
+    if (per_row(IN(0), OUT(0))) { /* x[..., H] -> [..., 1]: the gradient of mul_rows' factor */
+      CALL("reduce_rows", KV(IN(0)), KV(OUT(0)), KS(count_div(g, IN(0), dim(IN(0), -1))),
+           KI(dim(IN(0), -1)));
+      break;
+    }
     CALL("reduce_to", KV(IN(0)), KV(OUT(0)), KS(count(g, IN(0))), KS(count(g, OUT(0))));
     break;
   case XM_OP_RMSNORM_GRAD:

@@ -175,11 +175,15 @@ static inline bool xm_spec_layer_is_moe(const xm_spec_t *s, int64_t i) {
   return s->moe.experts > 0 && i >= s->model.first_k_dense;
 }
 
-/* The model builder (ir/model.c, check_supported) can build the model
- * whatever the layout: false for what is counted and planned but refused
- * there (Qwen2-MoE's shared-expert gate). check and plan report it as
- * "trainable". */
-static inline bool xm_spec_trainable(const xm_spec_t *s) { return !s->moe.shared_expert_gate; }
+/* The model builder (ir/model.c) can build the model whatever the layout:
+ * false would be for what is counted and planned but refused there. Every
+ * valid spec trains today (Qwen2-MoE's shared-expert gate, the last such
+ * feature, is built), so check and plan report "trainable": true; the one
+ * predicate stays so that a future refusal has one place to say so. */
+static inline bool xm_spec_trainable(const xm_spec_t *s) {
+  (void)s;
+  return true;
+}
 
 const char *xm_activation_name(xm_activation_t a);
 const char *xm_scoring_name(xm_scoring_t s);

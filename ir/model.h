@@ -15,9 +15,9 @@
 #include "ir/ir.h"
 #include "support/diag.h"
 
-/* On success the caller owns *out_module. MLA attention returns
- * XM_ERR_UNSUPPORTED with a message saying it is counted and planned but
- * not yet trainable. */
+/* On success the caller owns *out_module. A feature the spec can describe
+ * but training cannot do would return XM_ERR_UNSUPPORTED with its place in
+ * `source` and `diag`; every valid spec builds today. */
 xm_status_t xm_ir_build_model(const xm_spec_t *spec, const char *source,
                               xm_diag_t *diag, xm_ir_module_t **out_module);
 

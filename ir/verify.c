@@ -271,6 +271,17 @@ void xm_ir_rule_set_result(xm_ir_type_t *out, xm_dtype_t dt, int rank, const int
 
 /* ---- rules: elementwise and shape -------------------------------------- */
 
+/* b has a's shape but for its last dim, which is 1: one factor per row of
+ * a (mul only; the shared-expert gate [T,1] times the shared output
+ * [T,H]). When a's last dim is 1 too this is the elementwise case. */
+static bool per_row(const xm_ir_type_t *a, const xm_ir_type_t *b) {
+  if (a->rank < 1 || b->rank != a->rank || b->dims[b->rank - 1] != 1 || b->dynamic[b->rank - 1])
+    return false;
+  for (int i = 0; i < a->rank - 1; i++)
+    if (!dim_eq(b, i, a, i)) return false;
+  return true;
+}
+
 static void rule_broadcast(rule_ctx_t *c, xm_ir_type_t *out) {
   const xm_ir_type_t *a = in(c, 0), *b = in(c, 1);
   if (a->dtype != b->dtype)
@@ -279,9 +290,11 @@ static void rule_broadcast(rule_ctx_t *c, xm_ir_type_t *out) {
   bool suffix = b->rank <= a->rank;
   for (int i = 0; suffix && i < b->rank; i++)
     suffix = dim_eq(b, i, a, a->rank - b->rank + i);
-  if (!suffix)
-    rule_error(c, "operand 1 shape %s is not a trailing suffix of operand 0 shape %s",
-               type_text(b).s, type_text(a).s);
+  bool rows = c->op->code == XM_OP_MUL && per_row(a, b);
+  if (!suffix && !rows)
+    rule_error(c, "operand 1 shape %s is not a trailing suffix of operand 0 shape %s%s",
+               type_text(b).s, type_text(a).s,
+               c->op->code == XM_OP_MUL ? " nor its shape with the last dim 1" : "");
   same_as(c, 0, out);
 }
 

@@ -104,7 +104,9 @@ static void rule_matmul_dw(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   xm_ir_rule_set_result(out, XM_DT_F32, 2, dims, dyn);
 }
 
-/* The result type is the op's own: a trailing suffix of the operand's. */
+/* The result type is the op's own: a trailing suffix of the operand's
+ * (the sum over the leading dims), or the operand's shape with the last
+ * dim 1 (the sum of each row: the gradient of mul's per-row factor). */
 static void rule_reduce_to(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
   const xm_ir_type_t *x = in(c, 0);
   if (out->dtype != x->dtype)
@@ -114,8 +116,15 @@ static void rule_reduce_to(xm_ir_rule_ctx_t *c, xm_ir_type_t *out) {
     int j = x->rank - out->rank + i;
     suffix = out->dims[i] == x->dims[j] && out->dynamic[i] == x->dynamic[j];
   }
-  if (!suffix)
-    xm_ir_rule_error(c, "result type %s is not a trailing suffix of operand 0 %s", TT(out), TT(x));
+  bool rows = x->rank >= 1 && out->rank == x->rank && out->dims[out->rank - 1] == 1 &&
+              !out->dynamic[out->rank - 1];
+  for (int i = 0; rows && i < x->rank - 1; i++)
+    rows = out->dims[i] == x->dims[i] && out->dynamic[i] == x->dynamic[i];
+  if (!suffix && !rows)
+    xm_ir_rule_error(c,
+                     "result type %s is not a trailing suffix of operand 0 %s nor its shape "
+                     "with the last dim 1",
+                     TT(out), TT(x));
 }
 
 /* dy[...,H], x[...,H], w[H] -> dx (x's type), dw (w's type) */

@@ -107,7 +107,9 @@ static void contribute(ad_t *a, xm_ir_value_t *v, xm_ir_value_t *g) {
   a->grad[v->id] = old ? emit1(a, XM_OP_ADD, 2, OPS(old, g), v->type) : g;
 }
 
-/* The gradient of a broadcast operand: dy summed down to `to`. */
+/* The gradient of a broadcast operand: dy summed down to `to`, over the
+ * leading dims (a trailing suffix) or over each row (mul's per-row factor,
+ * `to` of dy's shape with the last dim 1): both are reduce_to. */
 static xm_ir_value_t *unbroadcast(ad_t *a, xm_ir_value_t *dy, const xm_ir_type_t *to) {
   if (xm_ir_type_equal(&dy->type, to)) return dy;
   return emit1(a, XM_OP_REDUCE_TO, 1, OPS(dy), *to);
@@ -122,7 +124,9 @@ static void grad_add_mul(ad_t *a, xm_ir_op_t *op, xm_ir_value_t *dy) {
     if (needs(a, y)) contribute(a, y, unbroadcast(a, dy, &y->type));
     return;
   }
-  /* mul: y broadcasts over x's leading dims, and so it does over dy's. */
+  /* mul: y broadcasts over x's leading dims or along x's rows (the
+   * shared-expert gate [T,1] times [T,H]), and so it does over dy's; y's
+   * gradient is then dy * x summed back to y's shape. */
   if (needs(a, x)) contribute(a, x, emit1(a, XM_OP_MUL, 2, OPS(dy, y), x->type));
   if (needs(a, y)) {
     xm_ir_value_t *t = emit1(a, XM_OP_MUL, 2, OPS(dy, x), x->type);

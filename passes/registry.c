@@ -20,6 +20,7 @@ extern const xm_pass_info_t xm_pass_mixed_precision;
 extern const xm_pass_info_t xm_pass_shape_infer;
 extern const xm_pass_info_t xm_pass_strip_locations;
 extern const xm_pass_info_t xm_pass_plan_memory;
+extern const xm_pass_info_t xm_pass_recompute;
 extern const xm_pass_info_t xm_pass_routed_rows;
 extern const xm_pass_info_t xm_pass_schedule;
 extern const xm_pass_info_t xm_pass_shard;
@@ -38,6 +39,7 @@ static const xm_pass_info_t *const k_passes[] = {
     &xm_pass_mixed_precision, /* bf16 GEMM operands, f32 accumulation */
     &xm_pass_overlap_grad_reduce, /* gradient reductions start in the last backward */
     &xm_pass_overlap_moe_comm, /* expert all-to-alls beside the independent work */
+    &xm_pass_recompute,       /* forward ops rebuilt before their layer's backward */
     &xm_pass_routed_rows,     /* which run-time row count each routed buffer has */
     &xm_pass_shape_infer,     /* result types recomputed from operands */
     &xm_pass_strip_locations, /* every loc set to "" */

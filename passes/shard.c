@@ -32,8 +32,14 @@
  *    [T,H]x[H,E] product; running it whole keeps the aux loss and the
  *    aux-free load exactly the 1-rank values), then the tokens, expert ids
  *    and weights are narrowed to this rank's T/tp slice, the dispatch,
- *    experts, shared experts and combine run on the slice, and the block's
- *    output is all_gathered back before it leaves the block.
+ *    experts, shared experts (and their gate) and combine run on the slice,
+ *    and the block's output is all_gathered back before it leaves the
+ *    block.
+ *  - The shared-expert gate (role shared_gate, Qwen2-MoE) is whole on
+ *    every rank. Without SSMB it reads the replicated tokens directly (no
+ *    replicate: every TP rank computes the same gate and the same input
+ *    gradient) and multiplies the shared output after its row-parallel
+ *    all_reduce, so it gates the fully reduced sum.
  *  - Expert parallelism: expert weights [E,...] become [E/ep,...]
  *    (expert e on EP rank e / (E/ep)). After the padding-free gather, the
  *    per-expert counts are exchanged (exchange_counts), the rows go through a
@@ -54,11 +60,12 @@
  * could train something other than the one-rank graph. Every param gets
  * attrs for the later stages: split_group/split_dim when it is a slice;
  * reduce, the groups its gradient is summed over (dense: dp;
- * slice-computed but replicated params such as shared experts under SSMB
- * and q/k head norms under TP: dp,tp; experts: edp); zero_group with ZeRO-1
- * (dp, or edp for experts). The module gets par_* ints and load_reduce (the
- * groups the aux-free load counts are summed over). Group names are those
- * of runtime/abi/groups.def (xm_group_kind_name).
+ * slice-computed but replicated params such as shared experts and their
+ * gate under SSMB and q/k head norms under TP: dp,tp; experts: edp);
+ * zero_group with ZeRO-1 (dp, or edp for experts). The module gets par_*
+ * ints and load_reduce (the groups the aux-free load counts are summed
+ * over). Group names are those of runtime/abi/groups.def
+ * (xm_group_kind_name).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -260,6 +267,12 @@ static void shard_param(sh_t *s, xm_ir_op_t *op) {
       groups[ng++] = XM_GROUP_TP;
     else
       split_param(s, op, XM_GROUP_TP, role == XM_ROLE_SHARED_COLUMN ? 0 : 1, s->tp);
+    break;
+  case XM_ROLE_SHARED_GATE:
+    /* Never split: its one row reads the whole hidden state. Without SSMB
+     * every TP rank gates all T tokens (the same gradient on each); with
+     * SSMB it gates the rank's slice, so its gradient is a partial sum. */
+    if (s->ssmb) groups[ng++] = XM_GROUP_TP;
     break;
   default: XM_ASSERT(!"role without a placement"); break;
   }

@@ -181,7 +181,11 @@ typedef struct {
   xm_policy_t pol;
   int64_t world, dp, tp, ep;
   int64_t B, S, T, G; /* micro-batch, seq, tokens per micro-batch, micro-steps */
-  int64_t L, Lmoe, Ldense;
+  /* Decoder layers by kind, DeepSeek-V3's MTP modules' layers included
+   * (costed at the full T: each runs on T*(S-k)/S tokens, k <= D small
+   * against S); mtp the modules, whose extras (eh_proj, three norms, one
+   * more LM head each) are added apart. */
+  int64_t L, Lmoe, Ldense, mtp;
   int64_t H, V, E, k, Fe, Fs, Fd, heads, kvh, D;
   int64_t local_experts;
   /* mechanisms */
@@ -262,6 +266,12 @@ static xm_status_t setup(cx_t *c, const xm_spec_t *s, const xm_net_t *net,
   c->L = m->layers;
   c->Ldense = moe->experts == 0 ? c->L : (m->first_k_dense < c->L ? m->first_k_dense : c->L);
   c->Lmoe = c->L - c->Ldense;
+  c->mtp = m->mtp_layers;
+  if (moe->experts > 0)
+    c->Lmoe += c->mtp;
+  else
+    c->Ldense += c->mtp;
+  c->L += c->mtp;
   c->H = m->hidden;
   c->V = m->vocab;
   c->E = moe->experts;
@@ -494,7 +504,10 @@ static void build_table(const cx_t *c, table_t *tb) {
   tb->n = 0;
   add_tensor(c, tb, (double)c->V * H, s->model.tied_embeddings ? 1 : 2, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP,
              true);
-  add_tensor(c, tb, H, 1 + 2 * L, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true); /* final + per-layer norms */
+  /* final + per-layer norms, and each MTP module's enorm, hnorm and
+   * shared_head.norm */
+  add_tensor(c, tb, H, 1 + 2 * L + 3 * (double)c->mtp, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+  add_tensor(c, tb, 2 * H * H, (double)c->mtp, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true); /* eh_proj */
   attention_tensors(c, tb, L);
   if (c->Ldense > 0)
     add_tensor(c, tb, (double)c->Fd * H, 3 * (double)c->Ldense, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
@@ -523,7 +536,8 @@ static void build_table(const cx_t *c, table_t *tb) {
     else
       add_tensor(c, tb, (double)c->Fs * H, 3 * n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
   }
-  if (s->moe.shared_expert_gate) add_tensor(c, tb, H, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+  if (s->moe.shared_expert_gate) /* reduced over tp too under ssmb, as passes/shard.c does */
+    add_tensor(c, tb, H, n, -1, 1, XM_GROUP_DP, c->ssmb ? XM_GROUP_TP : -1, XM_GROUP_DP, true);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
@@ -607,6 +621,9 @@ static void activation_memory(const cx_t *c, xm_cost_t *o, double grad_elems) {
   const bool fused_head = c->pol == XM_POLICY_XMOEC;
   double chunk = (double)xm_lm_ce_chunk(c->V, c->H);
   double head = 2 * T * H * ab + 2 * T * 4 + (fused_head ? 2 * T * 4 : T * V * ab);
+  /* Each MTP module: its two input slices and their concatenation (kept
+   * by the norms' and eh_proj's backward) and a head of its own. */
+  head += (double)c->mtp * (4 * T * H * ab + head);
 
   double saved, ws_layer;
   switch (c->pt.recompute) {
@@ -677,12 +694,17 @@ static void activation_memory(const cx_t *c, xm_cost_t *o, double grad_elems) {
 
 typedef struct {
   double attn, dense, moe_experts, moe_other, head;
+  /* Of those, the last GEMMs of the FFNs whose outputs only the residual
+   * add reads (dense and shared down projections; with the fused combine,
+   * one rank per EP group, the expert down projection): xmoec's full
+   * recompute does not run them again. */
+  double fed_to_residual;
 } flops_t;
 
 /* Forward FLOPs of one micro-batch on one rank, per part. */
 static flops_t forward_flops(const cx_t *c) {
   const xm_model_spec_t *m = &c->s->model;
-  flops_t f = {0, 0, 0, 0, 0};
+  flops_t f = {0, 0, 0, 0, 0, 0};
   double T = (double)c->T, H = (double)c->H, tp = (double)c->tp, S = (double)c->S;
   double ctx = (S + 1) / 2; /* causal: token t attends to t+1 keys */
   double per_layer;
@@ -701,17 +723,25 @@ static flops_t forward_flops(const cx_t *c) {
   }
   f.attn = (double)c->L * per_layer;
   f.dense = (double)c->Ldense * 2 * T * H * (double)c->Fd / tp * 3;
+  f.fed_to_residual = f.dense / 3;
   if (c->Lmoe > 0) {
     double n = (double)c->Lmoe, E = (double)c->E;
     int nm = c->s->moe.activation == XM_ACT_GELU ? 2 : 3;
     f.moe_experts = n * 2 * c->rows_comp * H * c->fe_local * nm;
+    /* fuse-permute-gemm folds the combine into the down GEMM when the
+     * experts are local (no all-to-all between them and the tokens) */
+    if (c->ep == 1) f.fed_to_residual += f.moe_experts / nm;
     double other = 2 * c->Tr * H * E; /* router */
-    if (c->Fs > 0)
-      other += 2 * c->Ts * H * (double)c->Fs * 3 / (c->shared_split || c->ted ? tp : 1);
+    if (c->Fs > 0) {
+      double shared = 2 * c->Ts * H * (double)c->Fs * 3 / (c->shared_split || c->ted ? tp : 1);
+      other += shared;
+      f.fed_to_residual += n * shared / 3;
+    }
     if (c->masks) other += 2 * (2 * c->Tm * E * c->C * H); /* dispatch and combine einsums */
     f.moe_other = n * other;
   }
-  f.head = 2 * T * H * (double)c->V;
+  /* the LM head once more per MTP module, and its eh_proj [H, 2H] */
+  f.head = (1 + (double)c->mtp) * 2 * T * H * (double)c->V + (double)c->mtp * 2 * T * 2 * H * H;
   return f;
 }
 
@@ -775,9 +805,16 @@ static void dispatch_comm(const cx_t *c, const xm_cost_routing_t *rt, bool recom
     b_fd = b_fc = b_bd = b_bc = H * ab;
   }
   double mv[4] = {b_fd, b_fc, b_bd, b_bc};
+  /* Full recompute runs the forward movements again, except, under xmoec
+   * with RBD, the combine: the recompute pass rebuilds only what the
+   * backward reads, and rbd_combine_grad reads the expert-side rows, not
+   * the combined tokens (the flat combine's backward reads the rows the
+   * return all-to-all delivered, so that one runs again). */
+  bool again[4] = {recompute_fwd, recompute_fwd && !(c->pol == XM_POLICY_XMOEC && c->rbd), false,
+                   false};
   for (int i = 0; i < 4; i++) {
     coll_t a = a2a_family(c->net, f, intra_rows * mv[i], inter_rows * mv[i]);
-    double times = layers * ((recompute_fwd && i < 2) ? 2 : 1);
+    double times = layers * (again[i] ? 2 : 1);
     add_coll(&cm->dispatch_intra, &cm->dispatch_inter, a, times);
     /* A skewed routing: the busiest rank moves imb times the mean rows. */
     double secs = c->imb > 1.0 ? a2a_family(c->net, f, c->imb * intra_rows * mv[i],
@@ -813,18 +850,26 @@ static void tp_comm(const cx_t *c, bool recompute_fwd, comm_t *cm) {
     add_coll(&cm->ar_intra, &cm->ar_inter, mla, (double)c->L);
     cm->t_tp += (double)c->L * mla.seconds;
   }
-  add_coll(&cm->ar_intra, &cm->ar_inter, ar, blocks * fwd_times + bwd_blocks);
-  cm->t_tp += (blocks * fwd_times + bwd_blocks) * ar.seconds;
+  /* Full recompute runs the forward all-reduces again. xmoec's pass
+   * rebuilds only what the backward reads: the attention output (h = x +
+   * attn feeds the next norm), not a dense FFN's or the split shared
+   * experts' output (only the residual add reads it), nor the SSMB block's
+   * gathered output; the baselines re-run the whole layer. */
+  bool xm = c->pol == XM_POLICY_XMOEC;
+  double again = recompute_fwd ? (xm ? (double)c->L : blocks) : 0;
+  add_coll(&cm->ar_intra, &cm->ar_inter, ar, blocks + again + bwd_blocks);
+  cm->t_tp += (blocks + again + bwd_blocks) * ar.seconds;
   if (c->Lmoe == 0) return;
   double n = (double)c->Lmoe;
   if (c->ssmb) {
     /* Forward: the block's output gathered at its exit; backward: the
      * gradients of the narrowed tokens and routing weights. */
+    double fwd_rows = xm ? 1 : fwd_times;
     coll_t g_rows = ring_family(c->net, f, XM_NET_ALL_GATHER, c->Tm * H * ab);
     coll_t g_w = ring_family(c->net, f, XM_NET_ALL_GATHER, c->Tm * k * 4);
-    add_coll(&cm->ag_intra, &cm->ag_inter, g_rows, n * (fwd_times + 1));
+    add_coll(&cm->ag_intra, &cm->ag_inter, g_rows, n * (fwd_rows + 1));
     add_coll(&cm->ag_intra, &cm->ag_inter, g_w, n);
-    cm->t_tp += n * ((fwd_times + 1) * g_rows.seconds + g_w.seconds);
+    cm->t_tp += n * ((fwd_rows + 1) * g_rows.seconds + g_w.seconds);
   }
   if (c->ted) {
     /* Expert tensor parallelism: received rows gathered over TP before the
@@ -940,9 +985,16 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
   flops_t f = forward_flops(&c);
   double fwd = f.attn + f.dense + f.moe_experts + f.moe_other + f.head;
   double layers_fwd = fwd - f.head;
-  double recompute = point->recompute == XM_RECOMPUTE_FULL  ? layers_fwd
-                     : point->recompute == XM_RECOMPUTE_MOE ? f.moe_experts
-                                                            : 0;
+  /* Recompute runs the forward of what it drops again: the expert FFN's
+   * first GEMMs ("moe": the intermediates before the down projection),
+   * or the layers, less, for xmoec, the GEMMs the backward does not need
+   * the output of (passes/recompute.c rebuilds only what the backward reads). */
+  int nm = spec->moe.activation == XM_ACT_GELU ? 2 : 3;
+  double recompute = 0;
+  if (point->recompute == XM_RECOMPUTE_FULL)
+    recompute = layers_fwd - (c.pol == XM_POLICY_XMOEC ? f.fed_to_residual : 0);
+  else if (point->recompute == XM_RECOMPUTE_MOE)
+    recompute = f.moe_experts * (double)(nm - 1) / nm;
   if (c.pol == XM_POLICY_XMOEC) recompute += f.head; /* the fused loss remakes the logits */
   double rate = peak_flops * gemm_efficiency;
   double t_bwd_micro = (2 * fwd + recompute) / rate;
@@ -980,7 +1032,8 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
   out->tokens_per_step = (double)spec->training.global_batch * (double)c.S;
   xm_count_t cnt;
   xm_count_params(spec, &cnt);
-  out->flops_per_device = cnt.flops_per_token_fwdbwd * out->tokens_per_step / (double)c.world;
+  out->flops_per_device = (cnt.flops_per_token_fwdbwd + 3 * cnt.mtp_flops_per_token_fwd) *
+                          out->tokens_per_step / (double)c.world;
   out->tflops_per_device = out->t_step > 0 ? out->flops_per_device / out->t_step / 1e12 : 0;
   out->mfu = out->tflops_per_device * 1e12 / peak_flops;
 

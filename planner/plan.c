@@ -52,9 +52,13 @@
 
 /* ---- policies ------------------------------------------------------------ */
 
-/* The recompute policies each system offers: xmoec recomputes the expert
- * FFN alone ("moe"); the DeepSpeed/Megatron-based systems checkpoint whole
- * layers or nothing. */
+/* The recompute policies each system offers. xmoec: what its recompute
+ * pass builds (passes/recompute.c), which is every policy under every
+ * layout: the pass clones a layer's forward ops whatever they are,
+ * collectives included, so no layout rules one out (tests/e2e/recompute.sh
+ * trains each under the layouts that exercise every collective), and
+ * "moe" (the expert FFN alone) is xmoec's own. The DeepSpeed/Megatron-based
+ * systems checkpoint whole layers or nothing. */
 static unsigned policy_recompute_mask(xm_policy_t p) {
   unsigned all = (1u << XM_RECOMPUTE_NONE) | (1u << XM_RECOMPUTE_MOE) | (1u << XM_RECOMPUTE_FULL);
   return p == XM_POLICY_XMOEC ? all : (1u << XM_RECOMPUTE_NONE) | (1u << XM_RECOMPUTE_FULL);

@@ -49,9 +49,15 @@ void xm_k_matmul_dw_acc(const float *dy, const float *x, float *dw, int64_t M, i
 /* y[i] = a[i] + b[i % nb] (nb divides na); mul likewise. */
 void xm_k_add(const float *a, const float *b, float *y, int64_t na, int64_t nb);
 void xm_k_mul(const float *a, const float *b, float *y, int64_t na, int64_t nb);
+/* y[r*H + h] = a[r*H + h] * b[r]: one factor per row (mul's per-row
+ * broadcast, the shared-expert gate). */
+void xm_k_mul_rows(const float *a, const float *b, float *y, int64_t rows, int64_t H);
 void xm_k_scale(const float *x, float *y, int64_t n, float factor);
 /* y[j] = sum_i x[i*ny + j], j < ny (nx divisible by ny). */
 void xm_k_reduce_to(const float *x, float *y, int64_t nx, int64_t ny);
+/* y[r] = sum_h x[r*H + h], in double (reduce_to's per-row form: the
+ * gradient of mul_rows' factor). */
+void xm_k_reduce_rows(const float *x, float *y, int64_t rows, int64_t H);
 void xm_k_fill(float *y, int64_t n, float value);
 void xm_k_copy(const float *x, float *y, int64_t n);
 

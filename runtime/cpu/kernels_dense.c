@@ -20,7 +20,8 @@
  * Column sums (reduce_to, the RMSNorm weight gradient) are computed by
  * column blocks: each thread owns a block of columns and walks all rows, so
  * no thread writes another's output and no atomics or per-thread copies of
- * the result are needed. The attention and RoPE kernels live in
+ * the result are needed; row sums (reduce_rows) by rows, for the same
+ * reason. The attention and RoPE kernels live in
  * runtime/cpu/kernels_attn.c.
  */
 #include "runtime/cpu/kernels.h"
@@ -262,6 +263,18 @@ void xm_k_mul(const float *a, const float *b, float *y, int64_t na, int64_t nb) 
   add_mul(a, b, y, na, nb, 1);
 }
 
+void xm_k_mul_rows(const float *a, const float *b, float *y, int64_t rows, int64_t H) {
+#pragma omp parallel for if (rows * H >= XM_K_PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *ar = a + r * H;
+    float *yr = y + r * H;
+    const float f = b[r];
+#pragma omp simd
+    for (int64_t h = 0; h < H; h++)
+      yr[h] = ar[h] * f;
+  }
+}
+
 void xm_k_scale(const float *x, float *y, int64_t n, float factor) {
 #pragma omp parallel for simd if (parallel : n >= XM_K_PAR_MIN) schedule(static)
   for (int64_t i = 0; i < n; i++)
@@ -292,6 +305,19 @@ static void column_sums(const float *x, float *y, int64_t rows, int64_t cols) {
 void xm_k_reduce_to(const float *x, float *y, int64_t nx, int64_t ny) {
   XM_ASSERT(ny > 0 && nx % ny == 0);
   column_sums(x, y, nx / ny, ny);
+}
+
+/* One row per thread at a time: each sum is a row's own, in order, so the
+ * result does not depend on the thread count. */
+void xm_k_reduce_rows(const float *x, float *y, int64_t rows, int64_t H) {
+#pragma omp parallel for if (rows * H >= XM_K_PAR_MIN) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * H;
+    double acc = 0.0;
+    for (int64_t h = 0; h < H; h++)
+      acc += (double)xr[h];
+    y[r] = (float)acc;
+  }
 }
 
 void xm_k_fill(float *y, int64_t n, float value) {

@@ -13,7 +13,10 @@
  * Determinism: parameters come from named RNG streams (runtime/io/rng.h), the
  * data windows from a position counter, and both are saved in checkpoints
  * with the optimizer state, so a run resumed from step k reproduces the
- * uninterrupted run bit for bit.
+ * uninterrupted run bit for bit. --init-from is the other start: the
+ * weights of a checkpoint (a Hugging Face one of the same architecture, or
+ * ours) and everything else fresh (step 0, data position 0, the seed's
+ * stream, zero optimizer states).
  *
  * Ranks. The program says which layout it was compiled for (dp, tp, ep,
  * ZeRO-1, ranks per node) and which of its tensors are slices or ZeRO-1
@@ -75,6 +78,7 @@ typedef struct {
   xm_rt_data_t *data;
   xm_diag_t warnings; /* printed by rank 0 once MPI is up */
   char *resume_path;  /* the resolved step directory; owned */
+  char *init_path;    /* --init-from's directory, resolved; owned */
   xm_rt_backend_t *be;  /* the linked backend (xm_rt_backend_default) */
   int32_t *inputs_host; /* staging of tokens then labels for fill_inputs; owned */
   xm_rt_rng_t rng;    /* run stream, saved in checkpoints */
@@ -284,6 +288,8 @@ static xm_status_t prepare(trainer_t *t, int argc, char **argv, FILE *err) {
   xm_diag_free(&diag);
   XM_RETURN_IF_ERROR(st);
   if (t->o.resume) XM_RETURN_IF_ERROR(resolve_checkpoint(t->o.resume, t->prog, err, &t->resume_path));
+  if (t->o.init_from)
+    XM_RETURN_IF_ERROR(resolve_checkpoint(t->o.init_from, t->prog, err, &t->init_path));
   return XM_OK;
 }
 
@@ -664,6 +670,30 @@ static xm_status_t load_checkpoint(trainer_t *t) {
   return XM_OK;
 }
 
+/* --init-from: the weights of a Hugging Face checkpoint (or one of ours),
+ * checked against the model as a whole (runtime/io/checkpoint.h,
+ * xm_rt_checkpoint_import) and cut into this rank's pieces; the run itself
+ * starts fresh: step 0, data position 0, the seed's RNG stream, zero
+ * optimizer states. */
+static xm_status_t import_checkpoint(trainer_t *t) {
+  xm_diag_t diag;
+  xm_diag_init(&diag);
+  xm_status_t st = xm_rt_shard_checkpoint_import(&t->x, t->comm, &t->coords,
+                                                 t->sharded ? &t->view : NULL, t->init_path, &diag);
+  char *msgs = NULL;
+  size_t msgs_len = 0;
+  FILE *f = open_memstream(&msgs, &msgs_len);
+  xm_diag_print(&diag, f ? f : stderr);
+  if (f) fclose(f);
+  xm_diag_free(&diag);
+  st = agree_on_input(t, st, msgs);
+  if (st == XM_OK && t->ctx.rank == 0 && msgs) fputs(msgs, stderr);
+  free(msgs);
+  XM_RETURN_IF_ERROR(st);
+  persist_upload(t);
+  return XM_OK;
+}
+
 /* ---- micro-batches ---------------------------------------------------------- */
 
 /* The ranks of a TP group compute on the same tokens (SSMB splits them
@@ -816,14 +846,15 @@ static void print_eval(const trainer_t *t) {
     xm_strbuf_printf(
         &b, ",\"tokens\":%" PRId64 ",\"batches\":%" PRId64 ",\"step\":%" PRId64 ",\"checkpoint\":",
         tokens, t->eval_batches, t->step);
-    xm_strbuf_put_quoted(&b, t->resume_path);
+    xm_strbuf_put_quoted(&b, t->resume_path ? t->resume_path : t->init_path);
     xm_strbuf_puts(&b, "}\n");
     fputs(xm_strbuf_cstr(&b), stdout);
     xm_strbuf_free(&b);
   } else if (!t->o.quiet) {
     printf("eval: loss %.6f over %" PRId64 " batches (%" PRId64
            " tokens), checkpoint %s (step %" PRId64 ")\n",
-           t->eval_loss, t->eval_batches, tokens, t->resume_path, t->step);
+           t->eval_loss, t->eval_batches, tokens, t->resume_path ? t->resume_path : t->init_path,
+           t->step);
   }
   fflush(stdout);
 }
@@ -1136,6 +1167,8 @@ static void print_banner(const trainer_t *t, int threads) {
   if (t->comm->transport) fprintf(stderr, "%s: %s\n", t->prog, t->comm->transport->line);
   if (t->resume_path)
     fprintf(stderr, "%s: resuming from %s at step %" PRId64 "\n", t->prog, t->resume_path, t->step);
+  if (t->init_path)
+    fprintf(stderr, "%s: weights from %s; optimizer fresh, from step 0\n", t->prog, t->init_path);
 }
 
 /* --timeout: a rank that stops responding (a stopped process, a hung
@@ -1197,6 +1230,7 @@ static xm_status_t run(trainer_t *t) {
   t->x.comm = t->comm;
   XM_RETURN_IF_ERROR(init_params(t));
   if (t->resume_path) XM_RETURN_IF_ERROR(load_checkpoint(t));
+  if (t->init_path) XM_RETURN_IF_ERROR(import_checkpoint(t));
   if (t->o.eval) {
     watchdog_start(t);
     xm_status_t est = run_eval(t, t->o.batches);
@@ -1250,6 +1284,7 @@ static void cleanup(trainer_t *t) {
   xm_rt_data_close(t->data);
   xm_diag_free(&t->warnings);
   free(t->resume_path);
+  free(t->init_path);
   free(t->last_ckpt);
   free(t->last_traffic);
   xm_rt_trace_destroy(t->trace);

@@ -33,6 +33,7 @@ typedef enum {
   F_SAVE_EVERY,
   F_RESUME,
   F_CKPT,
+  F_INIT_FROM,
   F_EVAL,
   F_BATCHES,
   F_JSON,
@@ -73,7 +74,12 @@ static const flag_info_t k_flags[F_COUNT_] = {
     [F_SAVE_EVERY] = {"--save-every", 1, "N", "checkpoint every N steps (and always at the end)"},
     [F_RESUME] = {"--resume", 1, "DIR", "continue from a checkpoint (a --ckpt-dir or a step dir)"},
     [F_CKPT] = {"--ckpt", 1, "DIR", "same as --resume (reads better with --eval)"},
-    [F_EVAL] = {"--eval", 0, NULL, "evaluate the checkpoint of --resume/--ckpt; no training"},
+    [F_INIT_FROM] = {"--init-from", 1, "DIR",
+                     "start from the weights of a checkpoint: a Hugging Face model directory "
+                     "(config.json, safetensors in F32/BF16/F16) or one out/train saved; optimizer "
+                     "fresh, step 0, data from the start"},
+    [F_EVAL] = {"--eval", 0, NULL,
+                "evaluate the checkpoint of --resume/--ckpt (or --init-from); no training"},
     [F_BATCHES] = {"--batches", 1, "N", "evaluation batches (with --eval; else after training)"},
     [F_JSON] = {"--json", 0, NULL, "print one JSON summary on stdout"},
     [F_LOG] = {"--log", 1, "FILE",
@@ -201,6 +207,10 @@ static int set_value(xm_rt_train_opts_t *o, flag_id_t id, const char *v, const c
   case F_CKPT:
     *expected = "a directory";
     o->resume = v;
+    return *v != '\0';
+  case F_INIT_FROM:
+    *expected = "a directory";
+    o->init_from = v;
     return *v != '\0';
   case F_BATCHES: *expected = "a positive integer"; return parse_int(v, 1, &o->batches);
   case F_LOG:
@@ -350,9 +360,18 @@ static int check_combinations(const xm_rt_program_t *p, const char *prog, const 
     flag_error(err, prog, "--ckpt", "--resume and --ckpt name the same thing; give one");
     problems++;
   }
-  if (o->eval && !o->resume) {
+  /* --init-from starts a new run from weights; --resume continues one
+   * (weights, optimizer, step, data position): one or the other. */
+  if (o->init_from && o->resume) {
+    flag_error(err, prog, "--init-from",
+               "cannot be combined with %s: --resume continues a run (optimizer, step, data "
+               "position), --init-from starts a new one from weights only",
+               seen[F_RESUME] ? "--resume" : "--ckpt");
+    problems++;
+  }
+  if (o->eval && !o->resume && !o->init_from) {
     flag_error(err, prog, "--eval",
-               "needs --resume DIR or --ckpt DIR (the checkpoint to evaluate)");
+               "needs --resume DIR, --ckpt DIR or --init-from DIR (the checkpoint to evaluate)");
     problems++;
   }
   if (o->save_every && !o->ckpt_dir) {

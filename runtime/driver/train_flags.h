@@ -36,6 +36,7 @@ typedef struct {
   const char *ckpt_dir;
   int64_t save_every; /* 0: save only at the end (when ckpt_dir) */
   const char *resume; /* --resume or --ckpt */
+  const char *init_from; /* --init-from: weights only, step 0 */
   int eval;
   int64_t batches; /* 0: not given */
   int json;

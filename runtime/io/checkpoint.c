@@ -10,6 +10,15 @@
  * mis-typed or mis-shaped tensor, and copies only when nothing is wrong, so
  * a failed load never leaves a half-filled arena behind silently.
  *
+ * Two kinds of load share that path (ck_load_t): a resume reads exactly
+ * what out/train wrote (F32, the program's own config.json field by
+ * field, the optimizer and trainer state); an import (--init-from) reads
+ * the weights of a Hugging Face checkpoint, BF16 and F16 converted to
+ * f32, its config.json compared with the program's by what the keys mean
+ * (xm_rt_hf_config_check: absent keys take the HF importer's defaults,
+ * training settings are not compared), and accepts the copies of shared
+ * tensors DeepSeek-V3's MTP layers store.
+ *
  * Atomicity (the argument is spelled out in docs/checkpoints.md): a save
  * builds "<dir>.tmp-<pid>" completely and syncs it, then swaps it in, with
  * renameat2(RENAME_EXCHANGE) where the file system has it and otherwise
@@ -34,6 +43,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -663,12 +673,96 @@ static int ck_files_add(ck_files_t *fs, const char *dir, const char *name) {
   return fs->count++;
 }
 
+/* How a load reads the weight files. --resume reads exactly what out/train
+ * wrote: F32 tensors, nothing else. --init-from (import) also takes BF16
+ * and F16 weights (converted to the f32 master weights), ignores the RoPE
+ * buffers old transformers checkpoints store, and accepts the copies of
+ * the shared embedding and head that DeepSeek-V3's checkpoints keep in
+ * each multi-token-prediction layer (checked to be copies). */
+typedef struct {
+  bool import;
+  int64_t mtp_first, mtp_count; /* the MTP layers' indices [first, first + count) */
+  const char *head;             /* the shared head: lm_head.weight, or the embedding */
+} ck_load_t;
+
+static const ck_load_t k_exact = {0};
+
+/* The shared tensor that `name` is an MTP layer's stored copy of, or NULL:
+ * model.layers.<L+k>.embed_tokens.weight and .shared_head.head.weight. */
+static const char *ck_copy_of(const ck_load_t *o, const char *name) {
+  static const char head[] = "model.layers.";
+  if (!o->import || o->mtp_count <= 0 || strncmp(name, head, sizeof head - 1) != 0) return NULL;
+  const char *p = name + sizeof head - 1;
+  char *end = NULL;
+  if (!isdigit((unsigned char)*p)) return NULL;
+  errno = 0;
+  long long layer = strtoll(p, &end, 10);
+  if (errno || *end != '.' || layer < o->mtp_first || layer >= o->mtp_first + o->mtp_count)
+    return NULL;
+  if (strcmp(end, ".embed_tokens.weight") == 0) return "model.embed_tokens.weight";
+  if (strcmp(end, ".shared_head.head.weight") == 0) return o->head;
+  return NULL;
+}
+
+/* transformers recomputes these non-persistent RoPE buffers; checkpoints
+ * of older versions store them. */
+static bool ck_is_rope_buffer(const ck_load_t *o, const char *name) {
+  static const char tail[] = ".rotary_emb.inv_freq";
+  size_t n = strlen(name), k = sizeof tail - 1;
+  return o->import && n > k && strcmp(name + n - k, tail) == 0;
+}
+
+/* The dtypes a load takes for an item of dtype `want`. */
+static bool ck_dtype_ok(const ck_load_t *o, xm_st_dtype_t got, xm_st_dtype_t want) {
+  if (got == want) return true;
+  return o->import && want == XM_ST_F32 && (got == XM_ST_BF16 || got == XM_ST_F16);
+}
+
+/* IEEE binary16 to float, subnormals, infinities and NaNs included. */
+static float ck_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else { /* subnormal: normalise */
+    int e = -1;
+    do {
+      man <<= 1;
+      e++;
+    } while (!(man & 0x400u));
+    bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* Element i of a stored tensor as a float (F32, BF16 or F16). */
+static float ck_element(const xm_st_tensor_t *t, int64_t i) {
+  if (t->dtype == XM_ST_F32) {
+    float f;
+    memcpy(&f, t->data + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, t->data + 2 * i, 2);
+  if (t->dtype == XM_ST_F16) return ck_half_to_float(h);
+  uint32_t bits = (uint32_t)h << 16; /* BF16 is the top half of an f32 */
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
 /* A weight-map value must name a file inside the checkpoint directory. */
 static bool ck_plain_file_name(const char *s) {
   return s[0] && s[0] != '.' && !strchr(s, '/') && !strchr(s, '\\');
 }
 
-static xm_status_t ck_read_index(const char *dir, ck_list_t *l, ck_files_t *fs, xm_diag_t *diag) {
+static xm_status_t ck_read_index(const char *dir, const ck_load_t *o, ck_list_t *l, ck_files_t *fs,
+                                 xm_diag_t *diag) {
   char *path = ck_join(dir, CK_INDEX_FILE);
   char *text = NULL;
   size_t len = 0;
@@ -698,6 +792,8 @@ static xm_status_t ck_read_index(const char *dir, ck_list_t *l, ck_files_t *fs, 
       ck_item_t *it = ck_find_item(l, e->string);
       if (!cJSON_IsString(e) || !ck_plain_file_name(e->valuestring))
         xm_diag_add(diag, XM_DIAG_ERROR, path, ptr.data, "must name a file of the checkpoint");
+      else if (!it && (ck_copy_of(o, e->string) || ck_is_rope_buffer(o, e->string)))
+        ck_files_add(fs, dir, e->valuestring); /* checked with the file's tensors */
       else if (!it)
         xm_diag_add(diag, XM_DIAG_ERROR, path, ptr.data,
                     "unexpected tensor \"%s\": the program has no such parameter", e->string);
@@ -719,7 +815,8 @@ static void ck_shape_str(xm_strbuf_t *b, int rank, const int64_t *dims) {
   xm_strbuf_puts(b, "]");
 }
 
-static void ck_check_item(const ck_item_t *it, const ck_files_t *fs, xm_diag_t *diag) {
+static void ck_check_item(const ck_item_t *it, const ck_load_t *o, const ck_files_t *fs,
+                          xm_diag_t *diag) {
   if (it->file < 0) {
     xm_diag_add(diag, XM_DIAG_ERROR, fs->index, it->name,
                 "missing tensor \"%s\" (not in the weight map)", it->name);
@@ -731,7 +828,12 @@ static void ck_check_item(const ck_item_t *it, const ck_files_t *fs, xm_diag_t *
     xm_diag_add(diag, XM_DIAG_ERROR, f->path, it->name, "missing tensor \"%s\"", it->name);
     return;
   }
-  if (t->dtype != it->dtype)
+  if (!ck_dtype_ok(o, t->dtype, it->dtype) && o->import)
+    xm_diag_add(diag, XM_DIAG_ERROR, f->path, it->name,
+                "tensor \"%s\" has dtype %s, which --init-from does not read (F32, BF16 or "
+                "F16, converted to the f32 master weights)",
+                it->name, xm_st_dtype_name(t->dtype));
+  else if (!ck_dtype_ok(o, t->dtype, it->dtype))
     xm_diag_add(diag, XM_DIAG_ERROR, f->path, it->name,
                 "tensor \"%s\" has dtype %s, the program expects %s", it->name,
                 xm_st_dtype_name(t->dtype), xm_st_dtype_name(it->dtype));
@@ -749,7 +851,39 @@ static void ck_check_item(const ck_item_t *it, const ck_files_t *fs, xm_diag_t *
 }
 
 /* Opens every file and checks every item and every stored tensor. */
-static xm_status_t ck_match(ck_list_t *l, ck_files_t *fs, xm_diag_t *diag) {
+/* An MTP layer's copy of a shared tensor must be one: same shape, same
+ * values (whatever the two dtypes), since xmoec's MTP layers share them. */
+static void ck_check_copy(const ck_file_t *f, const xm_st_tensor_t *t, const char *of,
+                          const ck_list_t *l, const ck_files_t *fs, xm_diag_t *diag) {
+  const ck_item_t *it = ck_find_item(l, of);
+  const xm_st_tensor_t *m =
+      it && it->file >= 0 ? xm_st_find(&fs->files[it->file].st, it->name) : NULL;
+  if (!m) return; /* the shared tensor's own absence is reported */
+  if (t->rank != m->rank || memcmp(t->dims, m->dims, (size_t)t->rank * sizeof(int64_t)) ||
+      (t->dtype != XM_ST_F32 && t->dtype != XM_ST_BF16 && t->dtype != XM_ST_F16)) {
+    xm_diag_add(diag, XM_DIAG_ERROR, f->path, t->name,
+                "tensor \"%s\" (a multi-token-prediction layer's copy of \"%s\") has another "
+                "shape or dtype %s",
+                t->name, of, xm_st_dtype_name(t->dtype));
+    return;
+  }
+  if (m->dtype != XM_ST_F32 && m->dtype != XM_ST_BF16 && m->dtype != XM_ST_F16) return;
+  int64_t n = 1;
+  for (int d = 0; d < m->rank; d++)
+    n *= m->dims[d];
+  for (int64_t e = 0; e < n; e++) {
+    float a = ck_element(t, e), b = ck_element(m, e);
+    if (a != b && !(a != a && b != b)) {
+      xm_diag_add(diag, XM_DIAG_ERROR, f->path, t->name,
+                  "tensor \"%s\" should be a copy of \"%s\" (xmoec's multi-token prediction "
+                  "shares the embedding and the head) but differs at element %lld",
+                  t->name, of, (long long)e);
+      return;
+    }
+  }
+}
+
+static xm_status_t ck_match(const ck_load_t *o, ck_list_t *l, ck_files_t *fs, xm_diag_t *diag) {
   int errors = xm_diag_error_count(diag);
   xm_status_t worst = XM_OK;
   for (int i = 0; i < fs->count; i++) {
@@ -758,13 +892,19 @@ static xm_status_t ck_match(ck_list_t *l, ck_files_t *fs, xm_diag_t *diag) {
   }
   if (worst != XM_OK) return worst;
   for (int i = 0; i < l->count; i++)
-    ck_check_item(&l->items[i], fs, diag);
+    ck_check_item(&l->items[i], o, fs, diag);
+  int64_t buffers = 0;
   for (int k = 0; k < fs->count; k++) {
     const ck_file_t *f = &fs->files[k];
     for (int j = 0; j < f->st.num_tensors; j++) {
       const char *name = f->st.tensors[j].name;
       const ck_item_t *it = ck_find_item(l, name);
-      if (!it)
+      const char *of = it ? NULL : ck_copy_of(o, name);
+      if (of)
+        ck_check_copy(f, &f->st.tensors[j], of, l, fs, diag);
+      else if (!it && ck_is_rope_buffer(o, name))
+        buffers++;
+      else if (!it)
         xm_diag_add(diag, XM_DIAG_ERROR, f->path, name,
                     "unexpected tensor \"%s\": the program has no such tensor", name);
       else if (it->file != k)
@@ -772,6 +912,11 @@ static xm_status_t ck_match(ck_list_t *l, ck_files_t *fs, xm_diag_t *diag) {
                     "tensor \"%s\" is stored here but the index maps it to another file", name);
     }
   }
+  if (buffers)
+    xm_diag_add(diag, XM_DIAG_WARNING, fs->index ? fs->index : fs->files[0].path, NULL,
+                "ignored %lld RoPE buffers (*.rotary_emb.inv_freq): transformers recomputes them "
+                "and so does xmoec",
+                (long long)buffers);
   /* Values: a NaN or an infinity in a weight or a moment would only show
    * as a divergence steps later; it is named here, at load. */
   for (int i = 0; i < l->count && xm_diag_error_count(diag) == errors; i++) {
@@ -816,11 +961,21 @@ static void ck_group_free(ck_group_t *g) {
   ck_list_free(&g->items);
 }
 
+/* Copies every matched tensor into the arena, BF16 and F16 (imports)
+ * converted to F32 on the way. */
 static void ck_group_copy(xm_rt_exec_t *x, const ck_group_t *g) {
   for (int i = 0; i < g->items.count; i++) {
     const ck_item_t *it = &g->items.items[i];
     const xm_st_tensor_t *t = xm_st_find(&g->files.files[it->file].st, it->name);
-    if (it->bytes) memcpy(x->persist_host + it->offset, t->data, (size_t)it->bytes);
+    unsigned char *dst = x->persist_host + it->offset;
+    if (t->dtype == it->dtype) {
+      if (it->bytes) memcpy(dst, t->data, (size_t)it->bytes);
+      continue;
+    }
+    for (int64_t e = 0; e < it->bytes / 4; e++) {
+      float v = ck_element(t, e);
+      memcpy(dst + 4 * e, &v, 4);
+    }
   }
 }
 
@@ -839,15 +994,15 @@ static xm_status_t ck_sorted_items(const xm_rt_program_t *p, bool optimizer, xm_
   return XM_OK;
 }
 
-static xm_status_t ck_match_model(const xm_rt_program_t *p, const char *dir, xm_diag_t *diag,
-                                  ck_group_t *g) {
+static xm_status_t ck_match_model(const xm_rt_program_t *p, const char *dir, const ck_load_t *o,
+                                  xm_diag_t *diag, ck_group_t *g) {
   XM_RETURN_IF_ERROR(ck_sorted_items(p, false, diag, &g->items));
   char *index = ck_join(dir, CK_INDEX_FILE);
   char *single = ck_join(dir, CK_MODEL_FILE);
   xm_status_t s = XM_OK;
   if (ck_exists(index)) {
     g->files.index = strdup(index);
-    s = ck_read_index(dir, &g->items, &g->files, diag);
+    s = ck_read_index(dir, o, &g->items, &g->files, diag);
   } else if (ck_exists(single)) {
     int f = ck_files_add(&g->files, dir, CK_MODEL_FILE);
     for (int i = 0; i < g->items.count; i++)
@@ -857,7 +1012,7 @@ static xm_status_t ck_match_model(const xm_rt_program_t *p, const char *dir, xm_
                 CK_INDEX_FILE);
     s = XM_ERR_INVALID_INPUT;
   }
-  if (s == XM_OK) s = ck_match(&g->items, &g->files, diag);
+  if (s == XM_OK) s = ck_match(o, &g->items, &g->files, diag);
   free(index);
   free(single);
   return s;
@@ -874,7 +1029,7 @@ static xm_status_t ck_match_optimizer(const xm_rt_program_t *p, const char *dir,
                 "the optimizer state was asked for but the checkpoint has none");
     return XM_ERR_INVALID_INPUT;
   }
-  return ck_match(&g->items, &g->files, diag);
+  return ck_match(&k_exact, &g->items, &g->files, diag);
 }
 
 /* Zeroes the persistent tensors of one category (grads always start a
@@ -1060,64 +1215,546 @@ static xm_status_t ck_load_state(const char *dir, const xm_rt_program_t *p,
   return s;
 }
 
-/* The checkpoint's config.json against the program's: every field the
- * same (the model's semantics: a rope_theta, an eps or a routing rule
- * that differ would not show in the tensors' shapes), except the name and
- * torch_dtype (the tensors' own dtypes are checked one by one). A
- * checkpoint without one (an export of weights alone) is taken as it is. */
-static xm_status_t ck_match_config(const xm_rt_program_t *p, const char *dir, xm_diag_t *diag) {
+/* ---- config.json ---- */
+
+/* The checkpoint's config.json against the program's, exactly: every
+ * field the same (the model's semantics: a rope_theta, an eps or a routing
+ * rule that differ would not show in the tensors' shapes), except the name
+ * and torch_dtype (the tensors' own dtypes are checked one by one).
+ * Returns the number of differing fields. */
+static int ck_config_exact(const cJSON *mine, const cJSON *theirs, const char *path,
+                           xm_diag_t *diag) {
+  int shown = 0, differ = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    const cJSON *a = pass == 0 ? mine : theirs, *b = pass == 0 ? theirs : mine;
+    for (const cJSON *e = a->child; e; e = e->next) {
+      if (strcmp(e->string, "name") == 0 || strcmp(e->string, "torch_dtype") == 0) continue;
+      const cJSON *o = cJSON_GetObjectItemCaseSensitive(b, e->string);
+      if (pass == 1 && o) continue; /* compared in the first pass */
+      if (o && cJSON_Compare(e, o, true)) continue;
+      differ++;
+      if (shown++ >= 8) continue;
+      char *vm = pass == 0 ? cJSON_PrintUnformatted(e) : NULL;
+      char *vt = pass == 0 ? (o ? cJSON_PrintUnformatted(o) : NULL) : cJSON_PrintUnformatted(e);
+      char place[160];
+      snprintf(place, sizeof place, "/%s", e->string);
+      xm_diag_add(diag, XM_DIAG_ERROR, path, place,
+                  "is %s in the checkpoint, %s in the compiled program", vt ? vt : "missing",
+                  vm ? vm : "missing");
+      free(vm), free(vt);
+    }
+  }
+  if (shown > 8)
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "and %d more fields differ", shown - 8);
+  return differ;
+}
+
+/* A Hugging Face config.json against the program's by what it means: the
+ * keys that decide the weights and the function, each absent or null one
+ * taking the default xmoec's importer (frontend/hf_config.c) gives it,
+ * which is the value transformers' config class has or, where the two
+ * differ, the importer's (tests/unit/test_hf_arch.c holds this table to
+ * the importer key by key). Training settings (router_aux_loss_coef,
+ * aux_loss_alpha, aux_free_bias_update_speed, dropout, jitter),
+ * max_position_embeddings, token ids and keys xmoec does not know are not
+ * compared: they change no tensor and no value the model computes. */
+typedef enum {
+  HK_NUM,      /* a number */
+  HK_BOOL,     /* true or false */
+  HK_STR,      /* a string */
+  HK_NULL,     /* must be null (OLMoE's clip_qkv) */
+  HK_LIST,     /* an array; null is [] (Qwen-MoE's mlp_only_layers) */
+  HK_KV,       /* num_key_value_heads: default num_attention_heads */
+  HK_HEAD_DIM, /* head_dim: default hidden_size / num_attention_heads */
+  HK_LORA,     /* q_lora_rank: null (q_proj) or a positive integer */
+  HK_ROPE,     /* rope_scaling: null or YaRN */
+  HK_WINDOW,   /* Mixtral's sliding_window: null, or no shorter than the trained length */
+  HK_GROUPS,   /* n_group and topk_group, compared as the routing they give */
+  HK_POS_INT,  /* read but not compared (MLA's num_key_value_heads): a positive integer */
+  HK_AUX,      /* an aux-loss weight: a training setting, not compared; a number in [0, 10] */
+} hk_kind_t;
+
+typedef struct {
+  const char *key;
+  hk_kind_t kind;
+  const char *dflt; /* JSON of the value when absent or null; NULL: required */
+  bool dense_only;  /* the value matters only when the model has dense layers */
+} hk_key_t;
+
+#define HK_SIZES                                                                                   \
+  {"vocab_size", HK_NUM, NULL, false}, {"hidden_size", HK_NUM, NULL, false},                       \
+      {"num_hidden_layers", HK_NUM, NULL, false}, {                                                \
+    "num_attention_heads", HK_NUM, NULL, false                                                     \
+  }
+#define HK_GQA                                                                                     \
+  {"num_key_value_heads", HK_KV, NULL, false}, { "head_dim", HK_HEAD_DIM, NULL, false }
+#define HK_ROPE_KEYS(theta)                                                                        \
+  {"rope_theta", HK_NUM, theta, false}, { "rope_scaling", HK_ROPE, NULL, false }
+#define HK_COMMON(eps)                                                                             \
+  {"rms_norm_eps", HK_NUM, eps, false}, {"tie_word_embeddings", HK_BOOL, "false", false},          \
+      {"hidden_act", HK_STR, "\"silu\"", false}, {                                                 \
+    "num_experts_per_tok", HK_NUM, NULL, false                                                     \
+  }
+#define HK_ROUTER_AUX                                                                              \
+  { "router_aux_loss_coef", HK_AUX, NULL, false }
+#define HK_QWEN                                                                                    \
+  {"num_experts", HK_NUM, NULL, false}, {"moe_intermediate_size", HK_NUM, NULL, false},            \
+      {"norm_topk_prob", HK_BOOL, "false", false}, {"decoder_sparse_step", HK_NUM, "1", false},    \
+      {"mlp_only_layers", HK_LIST, "[]", false}, {"use_sliding_window", HK_BOOL, "false", false},  \
+  {                                                                                                \
+    "intermediate_size", HK_NUM, "0", true                                                         \
+  }
+
+static const hk_key_t k_hk_mixtral[] = {
+    HK_SIZES,
+    HK_GQA,
+    HK_ROPE_KEYS("1000000"),
+    HK_COMMON("1e-5"),
+    {"num_local_experts", HK_NUM, NULL, false},
+    {"intermediate_size", HK_NUM, NULL, false},
+    {"sliding_window", HK_WINDOW, NULL, false},
+    HK_ROUTER_AUX,
+    {NULL, HK_NUM, NULL, false},
+};
+static const hk_key_t k_hk_qwen2[] = {
+    HK_SIZES,
+    HK_GQA,
+    HK_ROPE_KEYS("10000"),
+    HK_COMMON("1e-6"),
+    HK_QWEN,
+    {"shared_expert_intermediate_size", HK_NUM, NULL, false},
+    HK_ROUTER_AUX,
+    {NULL, HK_NUM, NULL, false},
+};
+static const hk_key_t k_hk_qwen3[] = {
+    HK_SIZES,
+    HK_GQA,
+    HK_ROPE_KEYS("10000"),
+    HK_COMMON("1e-6"),
+    HK_QWEN,
+    {"attention_bias", HK_BOOL, "false", false},
+    HK_ROUTER_AUX,
+    {NULL, HK_NUM, NULL, false},
+};
+static const hk_key_t k_hk_olmoe[] = {
+    HK_SIZES,
+    HK_GQA,
+    HK_ROPE_KEYS("10000"),
+    HK_COMMON("1e-5"),
+    {"num_experts", HK_NUM, NULL, false},
+    {"intermediate_size", HK_NUM, NULL, false},
+    {"norm_topk_prob", HK_BOOL, "false", false},
+    {"attention_bias", HK_BOOL, "false", false},
+    {"clip_qkv", HK_NULL, NULL, false},
+    HK_ROUTER_AUX,
+    {NULL, HK_NUM, NULL, false},
+};
+static const hk_key_t k_hk_deepseek_v3[] = {
+    HK_SIZES,
+    HK_ROPE_KEYS("10000"),
+    HK_COMMON("1e-6"),
+    {"q_lora_rank", HK_LORA, NULL, false},
+    {"kv_lora_rank", HK_NUM, NULL, false},
+    {"qk_nope_head_dim", HK_NUM, NULL, false},
+    {"qk_rope_head_dim", HK_NUM, NULL, false},
+    {"v_head_dim", HK_NUM, NULL, false},
+    {"rope_interleave", HK_BOOL, "true", false},
+    {"attention_bias", HK_BOOL, "false", false},
+    {"first_k_dense_replace", HK_NUM, "0", false},
+    {"intermediate_size", HK_NUM, NULL, true},
+    {"moe_layer_freq", HK_NUM, "1", false},
+    {"n_routed_experts", HK_NUM, NULL, false},
+    {"moe_intermediate_size", HK_NUM, NULL, false},
+    {"n_shared_experts", HK_NUM, "0", false},
+    {"norm_topk_prob", HK_BOOL, "true", false},
+    {"routed_scaling_factor", HK_NUM, "2.5", false},
+    {"scoring_func", HK_STR, "\"sigmoid\"", false},
+    {"topk_method", HK_STR, "\"noaux_tc\"", false},
+    {"n_group", HK_GROUPS, NULL, false},
+    {"num_nextn_predict_layers", HK_NUM, "0", false},
+    {"num_key_value_heads", HK_POS_INT, NULL, false},
+    {"aux_loss_alpha", HK_AUX, NULL, false},
+    {NULL, HK_NUM, NULL, false},
+};
+
+static const struct {
+  const char *model_type;
+  const hk_key_t *keys;
+} k_hk_archs[] = {
+    {"mixtral", k_hk_mixtral}, {"qwen2_moe", k_hk_qwen2},         {"qwen3_moe", k_hk_qwen3},
+    {"olmoe", k_hk_olmoe},     {"deepseek_v3", k_hk_deepseek_v3},
+};
+
+static const hk_key_t *ck_hf_keys(const char *model_type) {
+  for (size_t i = 0; model_type && i < sizeof k_hk_archs / sizeof k_hk_archs[0]; i++)
+    if (strcmp(k_hk_archs[i].model_type, model_type) == 0) return k_hk_archs[i].keys;
+  return NULL;
+}
+
+typedef struct {
+  const cJSON *mine, *theirs;
+  const char *path;
+  xm_diag_t *diag;
+  int errors;
+} hk_ctx_t;
+
+static void hk_error(hk_ctx_t *c, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void hk_error(hk_ctx_t *c, const char *key, const char *fmt, ...) {
+  char place[128];
+  snprintf(place, sizeof place, "/%s", key);
+  va_list ap;
+  va_start(ap, fmt);
+  xm_diag_addv(c->diag, XM_DIAG_ERROR, c->path, place, fmt, ap);
+  va_end(ap);
+  c->errors++;
+}
+
+static const char *hk_type(const cJSON *v) {
+  if (!v) return "missing";
+  if (cJSON_IsNumber(v)) return "a number";
+  if (cJSON_IsString(v)) return "a string";
+  if (cJSON_IsBool(v)) return "a boolean";
+  if (cJSON_IsArray(v)) return "an array";
+  if (cJSON_IsObject(v)) return "an object";
+  return "null";
+}
+
+/* `key` of `o`; NULL when absent or null (the importer reads null as absent). */
+static const cJSON *hk_get(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNull(v) ? NULL : v;
+}
+
+static void hk_differ(hk_ctx_t *c, const char *key, const cJSON *got, const cJSON *want) {
+  char *g = got ? cJSON_PrintUnformatted(got) : NULL,
+       *w = want ? cJSON_PrintUnformatted(want) : NULL;
+  hk_error(c, key, "is %s in the checkpoint, %s in the compiled program", g ? g : "missing",
+           w ? w : "missing");
+  free(g), free(w);
+}
+
+static void hk_differ_num(hk_ctx_t *c, const char *key, double got, double want) {
+  char g[40], w[40];
+  snprintf(g, sizeof g, "%.17g", got);
+  snprintf(w, sizeof w, "%.17g", want);
+  hk_error(c, key, "is %s in the checkpoint, %s in the compiled program", g, w);
+}
+
+/* A number of either file: the value, the derived default, or NaN when
+ * it is not a number (reported for the checkpoint). */
+static double hk_number(hk_ctx_t *c, const cJSON *o, const char *key, double dflt, bool theirs) {
+  const cJSON *v = hk_get(o, key);
+  if (!v) return dflt;
+  if (cJSON_IsNumber(v)) return v->valuedouble;
+  if (theirs) hk_error(c, key, "expected a number, got %s", hk_type(v));
+  return NAN;
+}
+
+static void hk_compare_derived(hk_ctx_t *c, const hk_key_t *k) {
+  double gh = hk_number(c, c->theirs, "num_attention_heads", NAN, false);
+  double wh = hk_number(c, c->mine, "num_attention_heads", NAN, false);
+  double gd = gh, wd = wh; /* num_key_value_heads defaults to the heads */
+  if (k->kind == HK_HEAD_DIM) {
+    double gx = hk_number(c, c->theirs, "hidden_size", NAN, false);
+    double wx = hk_number(c, c->mine, "hidden_size", NAN, false);
+    gd = gh > 0 && gx == floor(gx / gh) * gh ? gx / gh : NAN;
+    wd = wh > 0 ? floor(wx / wh) : NAN;
+  }
+  int before = c->errors;
+  double g = hk_number(c, c->theirs, k->key, gd, true);
+  double w = hk_number(c, c->mine, k->key, wd, false);
+  if (c->errors == before && g != w) {
+    if (g != g)
+      hk_error(c, k->key,
+               "missing, and hidden_size is not a multiple of num_attention_heads "
+               "(%.17g in the compiled program)",
+               w);
+    else
+      hk_differ_num(c, k->key, g, w);
+  }
+}
+
+/* rope_scaling as the importer reads it: null (or type "default") is
+ * plain RoPE; YaRN's keys default as in transformers'
+ * _compute_yarn_parameters; any other type is refused. */
+typedef struct {
+  bool on;
+  double
+      v[7]; /* factor, original, beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor */
+  bool truncate;
+} hk_rope_t;
+
+static const char *const k_rope_keys[7] = {"factor",          "original_max_position_embeddings",
+                                           "beta_fast",       "beta_slow",
+                                           "mscale",          "mscale_all_dim",
+                                           "attention_factor"};
+
+static bool hk_rope(hk_ctx_t *c, const cJSON *root, bool theirs, hk_rope_t *r) {
+  memset(r, 0, sizeof *r);
+  r->truncate = true;
+  const cJSON *rs = hk_get(root, "rope_scaling");
+  if (!rs) return true;
+  if (!cJSON_IsObject(rs)) {
+    if (theirs) hk_error(c, "rope_scaling", "expected an object or null, got %s", hk_type(rs));
+    return false;
+  }
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+  if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
+  if (cJSON_IsString(t) && strcmp(t->valuestring, "default") == 0) return true;
+  if (!cJSON_IsString(t) || strcmp(t->valuestring, "yarn") != 0) {
+    if (theirs)
+      hk_error(c, "rope_scaling", "unsupported rope scaling %s; xmoec applies YaRN only",
+               cJSON_IsString(t) ? t->valuestring : "without a type");
+    return false;
+  }
+  r->on = true;
+  const double dflt[7] = {NAN, NAN, 32, 1, 0, 0, 0};
+  for (int i = 0; i < 7; i++) {
+    const cJSON *v = hk_get(rs, k_rope_keys[i]);
+    r->v[i] = v && cJSON_IsNumber(v) ? v->valuedouble : dflt[i];
+    if (v && !cJSON_IsNumber(v) && theirs) {
+      char key[80];
+      snprintf(key, sizeof key, "rope_scaling/%s", k_rope_keys[i]);
+      hk_error(c, key, "expected a number, got %s", hk_type(v));
+    }
+  }
+  if (r->v[1] != r->v[1]) { /* the importer falls back to max_position_embeddings */
+    const cJSON *mp = hk_get(root, "max_position_embeddings");
+    if (cJSON_IsNumber(mp)) r->v[1] = mp->valuedouble;
+  }
+  r->truncate = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(rs, "truncate"));
+  for (const cJSON *it = rs->child; theirs && it; it = it->next) {
+    bool known = strcmp(it->string, "type") == 0 || strcmp(it->string, "rope_type") == 0 ||
+                 strcmp(it->string, "truncate") == 0;
+    for (int i = 0; i < 7 && !known; i++)
+      known = strcmp(it->string, k_rope_keys[i]) == 0;
+    if (!known) {
+      char key[160];
+      snprintf(key, sizeof key, "rope_scaling/%s", it->string);
+      hk_error(c, key, "unknown YaRN key");
+    }
+  }
+  return true;
+}
+
+static void hk_compare_rope(hk_ctx_t *c) {
+  hk_rope_t g, w;
+  int before = c->errors;
+  bool gok = hk_rope(c, c->theirs, true, &g);
+  hk_rope(c, c->mine, false, &w);
+  if (!gok || c->errors != before) return;
+  if (g.on != w.on) {
+    hk_error(c, "rope_scaling", "is %s in the checkpoint, %s in the compiled program",
+             g.on ? "YaRN" : "null", w.on ? "YaRN" : "null");
+    return;
+  }
+  for (int i = 0; g.on && i < 7; i++) {
+    if (g.v[i] == w.v[i]) continue;
+    char key[80];
+    snprintf(key, sizeof key, "rope_scaling/%s", k_rope_keys[i]);
+    if (g.v[i] != g.v[i])
+      hk_error(c, key, "missing (YaRN needs it), %.17g in the compiled program", w.v[i]);
+    else
+      hk_differ_num(c, key, g.v[i], w.v[i]);
+  }
+  if (g.on && g.truncate != w.truncate)
+    hk_error(c, "rope_scaling/truncate", "is %s in the checkpoint, %s in the compiled program",
+             g.truncate ? "true" : "false", w.truncate ? "true" : "false");
+}
+
+/* n_group / topk_group as the routing they give (topk_method greedy, or
+ * every group kept, is plain top-k), DeepSeek-V3's defaults 8 and 4. */
+static void hk_compare_groups(hk_ctx_t *c) {
+  int before = c->errors;
+  double gn = hk_number(c, c->theirs, "n_group", 8, true);
+  double gt = hk_number(c, c->theirs, "topk_group", 4, true);
+  double wn = hk_number(c, c->mine, "n_group", 8, false);
+  double wt = hk_number(c, c->mine, "topk_group", 4, false);
+  if (c->errors != before) return;
+  const cJSON *method = hk_get(c->theirs, "topk_method");
+  if (cJSON_IsString(method) && strcmp(method->valuestring, "greedy") == 0) gn = gt = 1;
+  /* Groups the experts cannot form, or too few kept for top_k, are no
+   * routing at all (the importer refuses them too). */
+  double experts = hk_number(c, c->theirs, "n_routed_experts", NAN, false);
+  double top_k = hk_number(c, c->theirs, "num_experts_per_tok", NAN, false);
+  if (gn < 1 || gn != floor(gn) || fmod(experts, gn) != 0 || (gn > 1 && experts / gn < 2)) {
+    hk_error(c, "n_group",
+             "%.17g groups of the %.17g experts cannot be formed (DeepSeek-V3 "
+             "needs at least 2 experts per group)",
+             gn, experts);
+    return;
+  }
+  if (gt < 1 || gt != floor(gt) || gt > gn || top_k > gt * (experts / gn)) {
+    hk_error(c, "topk_group", "keeps %.17g of %.17g groups: not a routing of %.17g experts", gt, gn,
+             top_k);
+    return;
+  }
+  if (gt >= gn) gn = gt = 1;
+  if (wt >= wn) wn = wt = 1;
+  if (gn != wn)
+    hk_differ_num(c, "n_group", gn, wn);
+  else if (gt != wt)
+    hk_differ_num(c, "topk_group", gt, wt);
+}
+
+static bool hk_has_dense_layers(const cJSON *mine) {
+  const cJSON *k = hk_get(mine, "first_k_dense_replace");
+  const cJSON *l = hk_get(mine, "mlp_only_layers");
+  return (cJSON_IsNumber(k) && k->valuedouble > 0) || (cJSON_IsArray(l) && cJSON_GetArraySize(l));
+}
+
+static void hk_compare(hk_ctx_t *c, const hk_key_t *k) {
+  /* A key the program's config does not have holds nothing to compare
+   * (head_dim may be derived: Qwen2-MoE and OLMoE do not write it). */
+  if (k->kind != HK_HEAD_DIM && !cJSON_GetObjectItemCaseSensitive(c->mine, k->key)) return;
+  const cJSON *w = hk_get(c->mine, k->key), *g = hk_get(c->theirs, k->key);
+  cJSON *owned = NULL;
+  switch (k->kind) {
+  case HK_KV:
+  case HK_HEAD_DIM: hk_compare_derived(c, k); return;
+  case HK_ROPE: hk_compare_rope(c); return;
+  case HK_GROUPS: hk_compare_groups(c); return;
+  case HK_NULL:
+    if (g) hk_error(c, k->key, "is %s in the checkpoint; xmoec models only null", hk_type(g));
+    return;
+  case HK_POS_INT:
+    if (g && (!cJSON_IsNumber(g) || g->valuedouble < 1 || g->valuedouble != floor(g->valuedouble)))
+      hk_error(c, k->key, "expected a positive integer, got %s", hk_type(g));
+    return;
+  case HK_AUX:
+    if (g && (!cJSON_IsNumber(g) || !(g->valuedouble >= 0 && g->valuedouble <= 10)))
+      hk_error(c, k->key, "expected an aux-loss weight in [0, 10], got %s",
+               cJSON_IsNumber(g) ? "a number outside" : hk_type(g));
+    return;
+  case HK_WINDOW: {
+    double len = hk_number(c, c->mine, "max_position_embeddings", 0, false);
+    if (g && !cJSON_IsNumber(g))
+      hk_error(c, k->key, "expected a number or null, got %s", hk_type(g));
+    else if (g && g->valuedouble < len)
+      hk_error(c, k->key,
+               "sliding-window attention over %.17g tokens is not modelled (the program attends "
+               "over all %.17g tokens of a sequence)",
+               g->valuedouble, len);
+    return;
+  }
+  case HK_LORA: {
+    double gv = g && cJSON_IsNumber(g) ? g->valuedouble : 0, wv = w ? w->valuedouble : 0;
+    if (g && (!cJSON_IsNumber(g) || gv < 1 || gv != floor(gv)))
+      hk_error(c, k->key, "expected null or a positive integer, got %s", hk_type(g));
+    else if (gv != wv && (gv == 0 || wv == 0))
+      hk_error(c, k->key, "is %s in the checkpoint, %s in the compiled program (null: q_proj)",
+               gv == 0 ? "null" : "a rank", wv == 0 ? "null" : "a rank");
+    else if (gv != wv)
+      hk_differ_num(c, k->key, gv, wv);
+    return;
+  }
+  default: break;
+  }
+  if (!w) return; /* not written by this program: nothing to hold it to */
+  if (!g && !k->dflt) {
+    if (!k->dense_only || hk_has_dense_layers(c->mine))
+      hk_differ(c, k->key, NULL, w);
+    else
+      hk_error(c, k->key, "missing in the checkpoint (required by its config class)");
+    return;
+  }
+  if (!g) g = owned = cJSON_Parse(k->dflt);
+  XM_ASSERT(g != NULL);
+  bool type_ok = k->kind == HK_NUM    ? cJSON_IsNumber(g)
+                 : k->kind == HK_BOOL ? cJSON_IsBool(g)
+                 : k->kind == HK_STR  ? cJSON_IsString(g)
+                                      : cJSON_IsArray(g);
+  static const char *const want_type[] = {"a number", "true or false", "a string", "", "an array"};
+  if (!type_ok)
+    hk_error(c, k->key, "expected %s, got %s", want_type[k->kind], hk_type(g));
+  else if (k->dense_only && !hk_has_dense_layers(c->mine))
+    ; /* the width of layers the model does not have */
+  else if (k->kind == HK_NUM ? g->valuedouble != w->valuedouble : !cJSON_Compare(g, w, true))
+    hk_differ(c, k->key, g, w);
+  cJSON_Delete(owned);
+}
+
+static int ck_config_hf(const hk_key_t *keys, const cJSON *mine, const cJSON *theirs,
+                        const char *path, xm_diag_t *diag) {
+  hk_ctx_t c = {.mine = mine, .theirs = theirs, .path = path, .diag = diag};
+  const cJSON *wt = hk_get(mine, "model_type"), *gt = hk_get(theirs, "model_type");
+  if (!cJSON_IsString(gt) || strcmp(gt->valuestring, wt->valuestring) != 0) {
+    hk_differ(&c, "model_type", gt, wt);
+    return c.errors; /* another family: its keys mean other things */
+  }
+  for (const hk_key_t *k = keys; k->key; k++)
+    hk_compare(&c, k);
+  return c.errors;
+}
+
+xm_status_t xm_rt_hf_config_check(const char *program_config, const char *text, size_t len,
+                                  const char *path, xm_diag_t *diag) {
+  cJSON *mine = program_config ? cJSON_Parse(program_config) : NULL;
+  cJSON *theirs = strlen(text) == len ? cJSON_ParseWithLength(text, len) : NULL;
+  xm_status_t s = XM_OK;
+  if (!cJSON_IsObject(theirs)) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "not a JSON object (malformed)");
+    s = XM_ERR_INVALID_INPUT;
+  } else if (cJSON_IsObject(mine)) {
+    const cJSON *mt = hk_get(mine, "model_type");
+    const hk_key_t *keys = cJSON_IsString(mt) ? ck_hf_keys(mt->valuestring) : NULL;
+    int differ = keys ? ck_config_hf(keys, mine, theirs, path, diag)
+                      : ck_config_exact(mine, theirs, path, diag);
+    if (differ) {
+      xm_diag_add(diag, XM_DIAG_NOTE, path, NULL,
+                  "the checkpoint is of another model: compile its config.json (or a spec of "
+                  "the same model) to train from it");
+      s = XM_ERR_INVALID_INPUT;
+    }
+  }
+  cJSON_Delete(mine);
+  cJSON_Delete(theirs);
+  return s;
+}
+
+/* config.json of the checkpoint directory against the program's: exactly
+ * for --resume (the program's own checkpoints), by meaning for --init-from
+ * (xm_rt_hf_config_check). A resumed checkpoint without one (an export of
+ * weights alone) is taken as it is; an import needs it, since nothing else
+ * says what the weights compute. */
+static xm_status_t ck_match_config(const xm_rt_program_t *p, const char *dir, bool import,
+                                   xm_diag_t *diag) {
   if (!p->config_json) return XM_OK;
   char *path = ck_join(dir, "config.json");
   char *text = NULL;
   size_t len = 0;
   int err = xm_read_file(path, &text, &len);
   xm_status_t s = XM_OK;
-  if (err == ENOENT) {
-    free(path);
-    return XM_OK;
-  }
-  cJSON *mine = cJSON_Parse(p->config_json), *theirs = NULL;
-  if (err) {
+  if (err == ENOENT && !import) {
+    /* taken as it is */
+  } else if (err == ENOENT) {
+    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL,
+                "missing: --init-from checks the checkpoint's architecture against the "
+                "program's from its config.json");
+    s = XM_ERR_INVALID_INPUT;
+  } else if (err) {
     char why[160];
     xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "cannot read: %s",
                 xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
     s = XM_ERR_IO;
-  } else if (!(theirs = strlen(text) == len ? cJSON_ParseWithLength(text, len) : NULL) ||
-             !cJSON_IsObject(theirs)) {
-    xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "not a JSON object (malformed)");
-    s = XM_ERR_INVALID_INPUT;
-  } else if (cJSON_IsObject(mine)) {
-    int shown = 0, differ = 0;
-    for (int pass = 0; pass < 2; pass++) {
-      const cJSON *a = pass == 0 ? mine : theirs, *b = pass == 0 ? theirs : mine;
-      for (const cJSON *e = a->child; e; e = e->next) {
-        if (strcmp(e->string, "name") == 0 || strcmp(e->string, "torch_dtype") == 0) continue;
-        const cJSON *o = cJSON_GetObjectItemCaseSensitive(b, e->string);
-        if (pass == 1 && o) continue; /* compared in the first pass */
-        if (o && cJSON_Compare(e, o, true)) continue;
-        differ++;
-        if (shown++ >= 8) continue;
-        char *vm = pass == 0 ? cJSON_PrintUnformatted(e) : NULL;
-        char *vt = pass == 0 ? (o ? cJSON_PrintUnformatted(o) : NULL) : cJSON_PrintUnformatted(e);
-        char place[160];
-        snprintf(place, sizeof place, "/%s", e->string);
-        xm_diag_add(diag, XM_DIAG_ERROR, path, place,
-                    "is %s in the checkpoint, %s in the compiled program", vt ? vt : "missing",
-                    vm ? vm : "missing");
-        free(vm), free(vt);
-      }
-    }
-    if (differ) {
-      if (shown > 8)
-        xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "and %d more fields differ", shown - 8);
+  } else if (import) {
+    s = xm_rt_hf_config_check(p->config_json, text, len, path, diag);
+  } else {
+    cJSON *mine = cJSON_Parse(p->config_json);
+    cJSON *theirs = strlen(text) == len ? cJSON_ParseWithLength(text, len) : NULL;
+    if (!cJSON_IsObject(theirs)) {
+      xm_diag_add(diag, XM_DIAG_ERROR, path, NULL, "not a JSON object (malformed)");
+      s = XM_ERR_INVALID_INPUT;
+    } else if (cJSON_IsObject(mine) && ck_config_exact(mine, theirs, path, diag)) {
       xm_diag_add(diag, XM_DIAG_NOTE, path, NULL,
                   "the checkpoint is of another model; resume it with a program compiled from "
                   "its spec.json");
       s = XM_ERR_INVALID_INPUT;
     }
+    cJSON_Delete(mine);
+    cJSON_Delete(theirs);
   }
-  cJSON_Delete(mine);
-  cJSON_Delete(theirs);
   free(text);
   free(path);
   return s;
@@ -1160,12 +1797,12 @@ xm_status_t xm_rt_checkpoint_load(xm_rt_exec_t *x, const char *dir, bool with_op
   xm_rt_train_state_t loaded = {0};
   /* Everything is checked before anything is copied: a failed load leaves
    * the arena as it was (and *st zeroed). */
-  xm_status_t s = ck_match_model(x->program, path, diag, &model);
+  xm_status_t s = ck_match_model(x->program, path, &k_exact, diag, &model);
   if (with_optimizer) {
     xm_status_t so = ck_match_optimizer(x->program, path, diag, &optim);
     if (s == XM_OK) s = so;
   }
-  xm_status_t sc = ck_match_config(x->program, path, diag);
+  xm_status_t sc = ck_match_config(x->program, path, false, diag);
   if (s == XM_OK) s = sc;
   xm_status_t ss = ck_load_state(path, x->program, &loaded, diag);
   if (s == XM_OK) s = ss;
@@ -1180,6 +1817,44 @@ xm_status_t xm_rt_checkpoint_load(xm_rt_exec_t *x, const char *dir, bool with_op
   }
   ck_group_free(&model);
   ck_group_free(&optim);
+  free(path);
+  return s;
+}
+
+/* What an import may find beside the program's weights (ck_load_t): the
+ * MTP layers and the shared head, from the program's config.json. */
+static ck_load_t ck_import_options(const xm_rt_program_t *p) {
+  ck_load_t o = {.import = true, .head = "lm_head.weight"};
+  cJSON *cfg = p->config_json ? cJSON_Parse(p->config_json) : NULL;
+  const cJSON *layers = cJSON_GetObjectItemCaseSensitive(cfg, "num_hidden_layers");
+  const cJSON *mtp = cJSON_GetObjectItemCaseSensitive(cfg, "num_nextn_predict_layers");
+  if (cJSON_IsNumber(layers) && cJSON_IsNumber(mtp)) {
+    o.mtp_first = (int64_t)layers->valuedouble;
+    o.mtp_count = (int64_t)mtp->valuedouble;
+  }
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings")))
+    o.head = "model.embed_tokens.weight";
+  cJSON_Delete(cfg);
+  return o;
+}
+
+xm_status_t xm_rt_checkpoint_import(xm_rt_exec_t *x, const char *dir, xm_diag_t *diag) {
+  char *path = NULL;
+  XM_RETURN_IF_ERROR(ck_resolve(dir, diag, &path));
+  ck_load_t o = ck_import_options(x->program);
+  ck_group_t model = {0};
+  /* As for a resume, every check runs before anything is copied. The
+   * config goes first: a checkpoint of another model is said in one line
+   * (its differing key), not in a tensor list whose every name or shape
+   * differs in consequence. */
+  xm_status_t s = ck_match_config(x->program, path, true, diag);
+  if (s == XM_OK) s = ck_match_model(x->program, path, &o, diag, &model);
+  if (s == XM_OK) {
+    ck_group_copy(x, &model);
+    ck_zero_category(x, XM_RT_CAT_GRADS);
+    ck_zero_category(x, XM_RT_CAT_OPTIMIZER);
+  }
+  ck_group_free(&model);
   free(path);
   return s;
 }

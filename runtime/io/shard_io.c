@@ -635,13 +635,17 @@ static void zero_grads(xm_rt_exec_t *x) {
   }
 }
 
-xm_status_t xm_rt_shard_checkpoint_load(xm_rt_exec_t *x, const xm_rt_comm_t *c,
-                                        const xm_rt_rank_coords_t *rc, const xm_rt_full_view_t *v,
-                                        const char *dir, bool with_optimizer,
-                                        xm_rt_train_state_t *st, xm_diag_t *diag) {
+/* A resume (st != NULL: weights, optimizer states when with_optimizer,
+ * trainer state) or an import (st NULL: weights alone, --init-from) of
+ * whole tensors, cut into this rank's pieces when the program is sharded. */
+static xm_status_t shard_load(xm_rt_exec_t *x, const xm_rt_comm_t *c, const xm_rt_rank_coords_t *rc,
+                              const xm_rt_full_view_t *v, const char *dir, bool with_optimizer,
+                              xm_rt_train_state_t *st, xm_diag_t *diag) {
   MPI_Comm comm = world_of(c);
-  memset(st, 0, sizeof *st);
-  if (!v) return agree_status(comm, xm_rt_checkpoint_load(x, dir, with_optimizer, st, diag));
+  if (st) memset(st, 0, sizeof *st);
+  if (!v)
+    return agree_status(comm, st ? xm_rt_checkpoint_load(x, dir, with_optimizer, st, diag)
+                                 : xm_rt_checkpoint_import(x, dir, diag));
   unsigned char *full = full_arena(v->program.persistent_bytes);
   xm_status_t s = XM_OK;
   if (!full) {
@@ -658,14 +662,31 @@ xm_status_t xm_rt_shard_checkpoint_load(xm_rt_exec_t *x, const xm_rt_comm_t *c,
     fx.persist = full;
     fx.persist_host = full;
     fx.act = NULL;
-    s = xm_rt_checkpoint_load(&fx, dir, with_optimizer, &loaded, diag);
+    s = st ? xm_rt_checkpoint_load(&fx, dir, with_optimizer, &loaded, diag)
+           : xm_rt_checkpoint_import(&fx, dir, diag);
   }
   s = agree_status(comm, s);
   if (s == XM_OK) s = agree_status(comm, xm_rt_shard_scatter(x, rc, v, full, diag));
   if (s == XM_OK) {
     zero_grads(x);
-    *st = loaded;
+    if (st) *st = loaded;
   }
   free(full);
   return s;
+}
+
+xm_status_t xm_rt_shard_checkpoint_load(xm_rt_exec_t *x, const xm_rt_comm_t *c,
+                                        const xm_rt_rank_coords_t *rc, const xm_rt_full_view_t *v,
+                                        const char *dir, bool with_optimizer,
+                                        xm_rt_train_state_t *st, xm_diag_t *diag) {
+  XM_ASSERT(st != NULL);
+  return shard_load(x, c, rc, v, dir, with_optimizer, st, diag);
+}
+
+xm_status_t xm_rt_shard_checkpoint_import(xm_rt_exec_t *x, const xm_rt_comm_t *c,
+                                          const xm_rt_rank_coords_t *rc, const xm_rt_full_view_t *v,
+                                          const char *dir, xm_diag_t *diag) {
+  /* The full arena starts zeroed, so the optimizer states scattered from
+   * it are zero: a fresh AdamW. */
+  return shard_load(x, c, rc, v, dir, false, NULL, diag);
 }

@@ -180,4 +180,11 @@ xm_status_t xm_rt_shard_checkpoint_load(xm_rt_exec_t *x, const xm_rt_comm_t *c,
                                         const char *dir, bool with_optimizer,
                                         xm_rt_train_state_t *st, xm_diag_t *diag);
 
+/* The same for --init-from (xm_rt_checkpoint_import): the weights alone,
+ * under any layout; gradients and optimizer states are zeroed, nothing
+ * else is read. Collective; the same status on every rank. */
+xm_status_t xm_rt_shard_checkpoint_import(xm_rt_exec_t *x, const xm_rt_comm_t *c,
+                                          const xm_rt_rank_coords_t *rc, const xm_rt_full_view_t *v,
+                                          const char *dir, xm_diag_t *diag);
+
 #endif /* XM_RUNTIME_SHARD_IO_H */

@@ -706,6 +706,23 @@ static void bcast_cases(cx_t *c, bcast_fn dev, bcast_fn ref) {
 static void t_add(cx_t *c) { bcast_cases(c, KT->add, xm_ref_add); }
 static void t_mul(cx_t *c) { bcast_cases(c, KT->mul, xm_ref_mul); }
 
+/* One factor per row (the shared-expert gate): a single row, a single
+ * column, widths off any vector or block multiple, and one call large
+ * enough to split over the CPU's threads. */
+static void t_mul_rows(cx_t *c) {
+  static const int64_t sh[][2] = {{1, 1}, {1, 7}, {5, 1}, {12, 4}, {33, 17}, {130, 96}, {3000, 64}};
+  for (int i = 0; i < 7; i++) {
+    int64_t rows = sh[i][0], H = sh[i][1], n = rows * H;
+    case_begin(c, "rows=%lld H=%lld", (long long)rows, (long long)H);
+    float *a = hrand(c, n, -3, 3), *b = hrand(c, rows, -1, 1), *y = hf(c, n);
+    float *d = ddirty(c, n + TAIL);
+    KT->mul_rows(df(c, a, n), df(c, b, rows), d, rows, H);
+    xm_ref_mul_rows(a, b, y, rows, H);
+    chk_f(c, "y", d, y, n, TOL_ROUND);
+    chk_untouched(c, "y past rows*H", d, n, n + TAIL);
+  }
+}
+
 static void t_scale(cx_t *c) {
   static const float factors[] = {0.5f, -3.25f, 0.0f, 1e-3f, 3.0f};
   static const int64_t ns[] = {1, 10, 37, 1000, 140001};
@@ -731,6 +748,24 @@ static void t_reduce_to(cx_t *c) {
     xm_ref_reduce_to(x, y, nx, ny);
     chk_f(c, "y", d, y, ny, tol_sum(nx / ny));
     chk_untouched(c, "y past ny", d, ny, ny + TAIL);
+  }
+}
+
+/* Row sums (the gate's gradient): rows of one element, rows longer than a
+ * GPU block, more rows than a GPU grid has blocks (70000), and a call
+ * large enough to split over the CPU's threads. */
+static void t_reduce_rows(cx_t *c) {
+  static const int64_t sh[][2] = {{1, 1},    {4, 1},     {1, 37},   {12, 4},  {17, 33},
+                                  {64, 300}, {700, 257}, {2, 5000}, {70000, 2}};
+  for (int i = 0; i < 9; i++) {
+    int64_t rows = sh[i][0], H = sh[i][1];
+    case_begin(c, "rows=%lld H=%lld", (long long)rows, (long long)H);
+    float *x = hrand(c, rows * H, -1, 1), *y = hf(c, rows);
+    float *d = ddirty(c, rows + TAIL);
+    KT->reduce_rows(df(c, x, rows * H), d, rows, H);
+    xm_ref_reduce_rows(x, y, rows, H);
+    chk_f(c, "y", d, y, rows, tol_sum(H));
+    chk_untouched(c, "y past rows", d, rows, rows + TAIL);
   }
 }
 
@@ -2477,8 +2512,10 @@ static const entry_t k_kernel_entries[] = {
     {"matmul_dw_acc", t_matmul_dw_acc},
     {"add", t_add},
     {"mul", t_mul},
+    {"mul_rows", t_mul_rows},
     {"scale", t_scale},
     {"reduce_to", t_reduce_to},
+    {"reduce_rows", t_reduce_rows},
     {"fill", t_fill},
     {"copy", t_copy},
     {"silu", t_silu},

@@ -50,15 +50,16 @@
  * accumulate_i32), data movement (copy, fill, gather_rows, embedding,
  * sort_chunks, concat, split's parts per head, the memory calls) and both
  * bf16 casts are exact (the cast to bf16 bit for bit, ties to even; any
- * quiet NaN for a NaN); one rounding per element (add, mul, scale,
- * accumulate, the combine's dy) 1e-6 relative; transcendental elementwise
+ * quiet NaN for a NaN); one rounding per element (add, mul, mul_rows,
+ * scale, accumulate, the combine's dy) 1e-6 relative; transcendental elementwise
  * kernels, rope and the router scores 1e-5 relative + 1e-6; sums of a few
  * terms (gather_rows_grad, embedding_grad, scatter_combine, top-k weights,
  * aux_loss_grad, split's broadcast part, summed over the heads) 1e-6 +
  * 1e-6; cross_entropy_grad (values of order 1/rows) 1e-5 + 1e-7; sums of up
  * to 64 products (GEMMs, norms, attention, the losses, the fused kernels)
  * 1e-5 + 1e-5, both scaled by sqrt(terms / 64) for longer sums (weight
- * gradients over many rows, reduce_to); gradients that subtract such sums (attention_grad,
+ * gradients over many rows, reduce_to, reduce_rows); gradients that
+ * subtract such sums (attention_grad,
  * rmsnorm_grad's dx, router_score_grad, topk_route_grad) 1e-4 + 1e-5;
  * adamw 2e-6 relative (plus an ulp of the terms that make m and v);
  * sum_sq_acc, in double, 1e-10 relative; bf16 GEMM

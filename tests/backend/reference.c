@@ -88,6 +88,13 @@ void xm_ref_mul(const float *a, const float *b, float *y, int64_t na, int64_t nb
     y[i] = (float)((double)a[i] * b[i % nb]);
 }
 
+/* y[r,h] = a[r,h] * b[r]: one factor per row. */
+void xm_ref_mul_rows(const float *a, const float *b, float *y, int64_t rows, int64_t H) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t h = 0; h < H; h++)
+      y[r * H + h] = (float)((double)a[r * H + h] * b[r]);
+}
+
 void xm_ref_scale(const float *x, float *y, int64_t n, float factor) {
   for (int64_t i = 0; i < n; i++)
     y[i] = (float)((double)x[i] * factor);
@@ -99,6 +106,16 @@ void xm_ref_reduce_to(const float *x, float *y, int64_t nx, int64_t ny) {
     for (int64_t i = 0; i < nx / ny; i++)
       s += x[i * ny + j];
     y[j] = (float)s;
+  }
+}
+
+/* y[r] = the sum of row r of x[rows, H]. */
+void xm_ref_reduce_rows(const float *x, float *y, int64_t rows, int64_t H) {
+  for (int64_t r = 0; r < rows; r++) {
+    double s = 0.0;
+    for (int64_t h = 0; h < H; h++)
+      s += x[r * H + h];
+    y[r] = (float)s;
   }
 }
 

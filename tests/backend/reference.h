@@ -26,8 +26,10 @@ void xm_ref_matmul_dw_acc(const float *dy, const float *x, float *dw, int64_t M,
                           int64_t N);
 void xm_ref_add(const float *a, const float *b, float *y, int64_t na, int64_t nb);
 void xm_ref_mul(const float *a, const float *b, float *y, int64_t na, int64_t nb);
+void xm_ref_mul_rows(const float *a, const float *b, float *y, int64_t rows, int64_t H);
 void xm_ref_scale(const float *x, float *y, int64_t n, float factor);
 void xm_ref_reduce_to(const float *x, float *y, int64_t nx, int64_t ny);
+void xm_ref_reduce_rows(const float *x, float *y, int64_t rows, int64_t H);
 void xm_ref_fill(float *y, int64_t n, float value);
 void xm_ref_copy(const float *x, float *y, int64_t n);
 void xm_ref_silu(const float *x, float *y, int64_t n);

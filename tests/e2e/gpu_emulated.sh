@@ -69,7 +69,15 @@ specs[mla_yarn]="{\"name\": \"mla_yarn\", \"model\": {\"vocab\": 64, \"hidden\":
           \"scoring\": \"sigmoid\", \"n_group\": 4, \"topk_group\": 2, \"aux_free_gamma\": 0.001},
   $training}"
 
-# The sanitizer build runs the three small models only (AddressSanitizer makes
+# Qwen2-MoE's block: q/k/v biases, top-k weights not renormalised, a shared
+# expert of its own width under the sigmoid shared_expert_gate (the per-row
+# mul and its row-sum gradient, mul_rows and reduce_rows).
+specs[shared_gate]="{\"name\": \"shared_gate\", \"model\": {$base_model, \"attention_bias\": true},
+  \"moe\": {\"experts\": 4, \"shared_experts\": 1, \"shared_ffn\": 24, \"shared_expert_gate\": true,
+          \"top_k\": 2, \"expert_ffn\": 16, \"norm_topk_prob\": false, \"aux_alpha\": 0.01},
+  $training}"
+
+# The sanitizer build runs the small models only (AddressSanitizer makes
 # the emulated tiny sample take minutes per step); the release build runs all.
 sanitize=0
 grep -q '^XM_SANITIZE:BOOL=ON' "$bin/CMakeCache.txt" 2>/dev/null && sanitize=1

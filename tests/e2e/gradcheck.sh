@@ -48,6 +48,12 @@ specs[qk_norm_full]="{\"model\": {$base_model, \"qk_norm\": \"full\"},
 specs[attention_bias]="{\"model\": {$base_model, \"attention_bias\": true},
   \"moe\": {\"experts\": 4, \"shared_experts\": 1, \"top_k\": 2, \"expert_ffn\": 8},
   $training}"
+# Qwen2-MoE's block: the shared expert (its own width) under the sigmoid
+# shared_expert_gate, q/k/v biases, top-k weights not renormalised.
+specs[shared_expert_gate]="{\"model\": {$base_model, \"attention_bias\": true},
+  \"moe\": {\"experts\": 4, \"shared_experts\": 1, \"shared_ffn\": 12,
+          \"shared_expert_gate\": true, \"top_k\": 2, \"expert_ffn\": 8,
+          \"norm_topk_prob\": false, \"aux_alpha\": 0.01}, $training}"
 specs[capacity]="{\"model\": {$base_model},
   \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn\": 8, \"capacity_factor\": 1.0,
           \"aux_alpha\": 0.01}, $training}"

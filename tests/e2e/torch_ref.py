@@ -3,8 +3,9 @@ xmoec model family (docs/design.md, Model semantics), used to check what out/tra
 computes: the forward loss of a checkpoint and one full AdamW step.
 
 It reads only public formats: a checkpoint directory's config.json (DeepSeek-V3
-field names) and model.safetensors (Hugging Face tensor names), and the
-training windows of a data file. Nothing here imports xmoec code.
+field names, or transformers' Qwen2-MoE config, model_type qwen2_moe) and
+model.safetensors (Hugging Face tensor names), and the training windows of a
+data file. Nothing here imports xmoec code.
 
 Usage:
   torch_ref.py loss  CKPT DATA --windows W0,W1,... --seq S --micro B
@@ -74,6 +75,33 @@ def read_checkpoint(d):
         params = read_safetensors(os.path.join(d, "model.safetensors"))
     cfg = json.load(open(os.path.join(d, "config.json")))
     return cfg, params
+
+
+def model_config(cfg):
+    """The config with the DeepSeek-V3 field names the model code below reads.
+
+    transformers' Qwen2MoeConfig (model_type qwen2_moe) names the routed experts
+    num_experts, always biases q, k and v, routes by softmax, has one shared expert of
+    shared_expert_intermediate_size under a sigmoid shared_expert_gate, and calls the
+    aux loss weight router_aux_loss_coef. Its shared expert's tensors are
+    mlp.shared_expert.* (singular): "shared_prefix" says which."""
+    c = dict(cfg)
+    c.setdefault("shared_prefix", "mlp.shared_experts.")
+    mt = cfg.get("model_type", "xmoec")
+    if mt == "qwen2_moe":
+        c["n_routed_experts"] = cfg["num_experts"]
+        c["n_shared_experts"] = 1 if cfg.get("shared_expert_intermediate_size") else 0
+        c["shared_expert_gate"] = bool(c["n_shared_experts"])
+        c["attention_bias"] = True
+        c["scoring_func"] = "softmax"
+        c["aux_loss_alpha"] = cfg.get("router_aux_loss_coef", 0.0)
+        c["shared_prefix"] = "mlp.shared_expert."
+        dense = cfg.get("mlp_only_layers") or []  # dense FFNs: the first layers only here
+        assert dense == list(range(len(dense))), dense
+        c["first_k_dense_replace"] = len(dense)
+    elif mt not in ("xmoec", "deepseek_v3"):
+        raise SystemExit(f"torch_ref: config.json of model_type {mt!r} is not read here")
+    return c
 
 
 def read_tokens(path):
@@ -249,8 +277,19 @@ def moe(cfg, p, pre, t):
             y = swiglu(x, p[q + "gate_proj.weight"], p[q + "up_proj.weight"], p[q + "down_proj.weight"])
         out = out.index_add(0, rows, y * w[rows, cols].unsqueeze(-1))
     if cfg.get("n_shared_experts", 0):
-        s = pre + "mlp.shared_experts."
-        out = out + swiglu(t, p[s + "gate_proj.weight"], p[s + "up_proj.weight"], p[s + "down_proj.weight"])
+        s = pre + cfg.get("shared_prefix", "mlp.shared_experts.")
+        shared = swiglu(t, p[s + "gate_proj.weight"], p[s + "up_proj.weight"],
+                        p[s + "down_proj.weight"])
+        # Qwen2-MoE (Qwen2MoeSparseMoeBlock): the shared expert's output scaled per token by
+        # sigmoid(t W^T), W = mlp.shared_expert_gate.weight [1, H], no bias. An xmoec-type
+        # config.json does not say whether the gate exists: the checkpoint's tensor does.
+        g = p.get(pre + "mlp.shared_expert_gate.weight")
+        if "shared_expert_gate" in cfg:
+            assert bool(cfg["shared_expert_gate"]) == (g is not None), (pre, cfg["shared_expert_gate"])
+        if g is not None:
+            assert g.shape == (1, t.shape[1]), g.shape
+            shared = torch.sigmoid(t @ g.T) * shared
+        out = out + shared
     aux = torch.zeros(())
     alpha = cfg.get("aux_loss_alpha", 0.0) or 0.0
     if alpha > 0:
@@ -360,6 +399,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     cfg, params = read_checkpoint(a.ckpt)
+    cfg = model_config(cfg)
     # The MTP modules and their loss weight come from the spec the program
     # was compiled from (a training setting, not in config.json).
     spec = json.load(open(os.path.join(a.ckpt, "spec.json")))

@@ -91,6 +91,36 @@ cat >"$work/mtp.json" <<'EOF'
 }
 EOF
 
+# Qwen2-MoE-like (its checkpoint is transformers' qwen2_moe: config.json and
+# the mlp.shared_expert.* names): q/k/v biases, softmax routing without
+# renormalisation, and one shared expert of its own width under the sigmoid
+# shared_expert_gate, out = routed + sigmoid(x W_g^T) * shared(x); an aux
+# loss and two micro-batches. And the gate without the biases, a spec of
+# no Hugging Face architecture (xmoec's config.json, which does not name the
+# gate: torch_ref finds its tensor), with a dense first layer.
+cat >"$work/qwen2_moe.json" <<'EOF'
+{
+  "name": "qwen2_moe",
+  "model": {"vocab": 256, "hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2,
+            "head_dim": 16, "attention_bias": true},
+  "moe": {"experts": 8, "top_k": 2, "expert_ffn": 32, "shared_experts": 1, "shared_ffn": 48,
+          "shared_expert_gate": true, "norm_topk_prob": false, "aux_alpha": 0.01},
+  "training": {"seq_len": 32, "micro_batch": 2, "global_batch": 4, "dtype": "fp32", "lr": 0.002,
+               "warmup_steps": 0, "train_steps": 50, "grad_clip": 1.0, "weight_decay": 0.05}
+}
+EOF
+cat >"$work/gated.json" <<'EOF'
+{
+  "name": "gated",
+  "model": {"vocab": 256, "hidden": 48, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 12,
+            "first_k_dense": 1, "dense_ffn": 64},
+  "moe": {"experts": 4, "top_k": 2, "expert_ffn": 24, "shared_experts": 2,
+          "shared_expert_gate": true},
+  "training": {"seq_len": 24, "micro_batch": 2, "global_batch": 2, "dtype": "fp32", "lr": 0.002,
+               "warmup_steps": 0, "train_steps": 50}
+}
+EOF
+
 check_model() {
   local spec=$1 name=$2 micro=$3 accum=$4 seq=$5
   local out="$work/$name"
@@ -147,4 +177,6 @@ check_model "$src/samples/deepseek-v3-mini.json" deepseek-v3-mini 4 2 128
 check_model "$work/mla.json" mla 2 2 32
 check_model "$work/mla_q.json" mla_q 2 1 16
 check_model "$work/mtp.json" mtp 2 2 24
+check_model "$work/qwen2_moe.json" qwen2_moe 2 2 32
+check_model "$work/gated.json" gated 2 1 24
 echo "torch_reference: ok"

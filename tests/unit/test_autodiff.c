@@ -406,6 +406,118 @@ static void test_attention_bias(void **state) {
   xm_ir_module_destroy(m);
 }
 
+/* The shared-expert gate: mul's per-row broadcast, differentiated by the
+ * rule for mul. For each MoE layer: d(shared) = dy * gate (per row),
+ * d(gate) = the row sums of dy * shared (reduce_to to [T,1]), then the
+ * sigmoid's gradient and the gate weight's matmul_dw; the weight is a
+ * decayed matrix with one accumulate. Under the layouts the gate is placed
+ * by its role: whole, its gradient summed over dp, and over tp too when
+ * SSMB runs it on the rank's token slice; without SSMB it multiplies the
+ * TP-reduced shared output. */
+static void test_shared_gate(void **state) {
+  (void)state;
+  xm_spec_t s = tiny_spec();
+  s.moe.shared_expert_gate = true;
+  const int64_t T = 16, H = 32;
+  xm_ir_module_t *m = build(&s);
+  run_ok(m, "autodiff");
+  expect_training_structure(m);
+  assert_int_equal(count_ops(m, XM_OP_SIGMOID_GRAD), 2);
+  int row_sums = 0, row_muls = 0;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (strcmp(str(op, "phase"), "bwd") != 0) continue;
+    if (op->code == XM_OP_REDUCE_TO) {
+      const xm_ir_type_t *t = &op->results[0]->type;
+      if (t->rank != 2 || t->dims[1] != 1) continue;
+      row_sums++;
+      assert_int_equal(t->dims[0], T);
+      const xm_ir_op_t *prod = op->operands[0]->def; /* dy * shared, [T,H] */
+      assert_int_equal(prod->code, XM_OP_MUL);
+      assert_int_equal(prod->results[0]->type.dims[1], H);
+      assert_int_equal(prod->operands[1]->def->code, XM_OP_MATMUL); /* the down projection */
+      assert_string_equal(op->loc, "/moe/shared_expert_gate");
+      /* the row sums feed the sigmoid's gradient, then the gate's weight */
+      const xm_ir_value_t *r = op->results[0];
+      assert_int_equal(r->num_uses, 1);
+    } else if (op->code == XM_OP_MUL && op->operands[1]->type.rank == 2 &&
+               op->operands[1]->type.dims[1] == 1 && op->operands[0]->type.dims[1] == H) {
+      row_muls++; /* dy * gate: the shared output's gradient */
+      assert_int_equal(op->operands[1]->def->code, XM_OP_SIGMOID);
+    }
+  }
+  assert_int_equal(row_sums, 2);
+  assert_int_equal(row_muls, 2);
+  for (int l = 1; l <= 2; l++) {
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert_gate.weight", l);
+    assert_int_equal(count_accumulates_of(m, name), 1);
+    const xm_ir_op_t *ad = NULL;
+    for (int i = 0; i < count_ops(m, XM_OP_ADAMW); i++)
+      if (strcmp(str(nth_op(m, XM_OP_ADAMW, i)->operands[0]->def, "name"), name) == 0)
+        ad = nth_op(m, XM_OP_ADAMW, i);
+    assert_non_null(ad);
+    assert_true(xm_ir_op_get_bool(ad, "decay", false));
+    /* its gradient: matmul_dw of the sigmoid's gradient [T,1] and the tokens */
+    const xm_ir_op_t *acc = NULL;
+    for (int i = 0; i < count_ops(m, XM_OP_ACCUMULATE); i++) {
+      const xm_ir_op_t *a = nth_op(m, XM_OP_ACCUMULATE, i);
+      if (strcmp(str(a->operands[0]->def, "of"), name) == 0) acc = a;
+    }
+    assert_non_null(acc);
+    const xm_ir_op_t *dw = acc->operands[1]->def;
+    assert_int_equal(dw->code, XM_OP_MATMUL_DW);
+    assert_int_equal(dw->operands[0]->def->code, XM_OP_SIGMOID_GRAD);
+    assert_int_equal(dw->operands[0]->def->operands[0]->def->code, XM_OP_REDUCE_TO);
+  }
+  xm_ir_module_destroy(m);
+
+  /* tp 2 without SSMB: the gate reads the tokens without a replicate and
+   * multiplies the all_reduce of the row-parallel down projection. */
+  m = build(&s);
+  run_ok(m, "shard{dp=2 tp=2},autodiff");
+  const xm_ir_op_t *w = find_param(m, "model.layers.1.mlp.shared_expert_gate.weight");
+  assert_string_equal(str(w, "reduce"), "dp");
+  assert_null(xm_ir_op_attr(w, "split_group"));
+  assert_int_equal(w->results[0]->type.dims[0], 1);
+  assert_int_equal(w->results[0]->type.dims[1], H);
+  int fwd_gates = 0;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code != XM_OP_MUL || strcmp(str(op, "phase"), "fwd") != 0) continue;
+    fwd_gates++;
+    assert_int_equal(op->operands[0]->def->code, XM_OP_ALL_REDUCE);
+    const xm_ir_op_t *logit = op->operands[1]->def->operands[0]->def;
+    assert_int_equal(logit->code, XM_OP_MATMUL);
+    assert_int_not_equal(logit->operands[0]->def->code, XM_OP_REPLICATE);
+    assert_int_equal(op->results[0]->type.dims[0], T);
+  }
+  assert_int_equal(fwd_gates, 2);
+  xm_ir_module_destroy(m);
+
+  /* SSMB with EP and ZeRO-1: the gate runs on the rank's T/tp tokens and
+   * its gradient is summed over dp and tp; its optimizer state over dp. */
+  m = build(&s);
+  run_ok(m, "shard{dp=2 tp=2 ep=2 ssmb=1 zero=1},autodiff");
+  w = find_param(m, "model.layers.2.mlp.shared_expert_gate.weight");
+  assert_string_equal(str(w, "reduce"), "dp,tp");
+  assert_string_equal(str(w, "zero_group"), "dp");
+  assert_null(xm_ir_op_attr(w, "split_group"));
+  fwd_gates = 0;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *op = xm_ir_module_op(m, i);
+    if (op->code != XM_OP_MUL || strcmp(str(op, "phase"), "fwd") != 0) continue;
+    fwd_gates++;
+    assert_int_equal(op->results[0]->type.dims[0], T / 2);
+    assert_int_equal(op->operands[1]->type.dims[0], T / 2);
+    assert_int_equal(op->operands[1]->type.dims[1], 1);
+    const xm_ir_op_t *logit = op->operands[1]->def->operands[0]->def;
+    assert_int_equal(logit->operands[0]->def->code, XM_OP_NARROW);
+  }
+  assert_int_equal(fwd_gates, 2);
+  xm_ir_module_destroy(m);
+}
+
 static void test_aux_free(void **state) {
   (void)state;
   xm_spec_t s = tiny_spec();
@@ -637,12 +749,49 @@ static void test_verify_backward_rules(void **state) {
   expect_verify_error(m, "but its operands give f32[4, 4]");
   xm_ir_module_destroy(m);
 
-  /* reduce_to must keep a trailing suffix */
+  /* reduce_to must keep a trailing suffix, or the shape with the last dim
+   * 1 (the row sums: the gradient of mul's per-row factor) */
   assert_int_equal(xm_ir_module_create("r", &m), XM_OK);
   dy = source(m, XM_OP_INPUT, "dy", ty(XM_DT_F32, 2, 6, 4));
   xm_ir_build1(m, XM_OP_REDUCE_TO, 1, V(dy), ty(XM_DT_F32, 1, 4, 0), "/ok");
+  xm_ir_build1(m, XM_OP_REDUCE_TO, 1, V(dy), ty(XM_DT_F32, 2, 6, 1), "/rows");
+  xm_diag_init(&d);
+  assert_int_equal(xm_ir_verify(m, &d), XM_OK);
+  xm_diag_free(&d);
+  xm_ir_build1(m, XM_OP_REDUCE_TO, 1, V(dy), ty(XM_DT_F32, 2, 3, 1), "/bad_rows");
+  expect_verify_error(m, "f32[3, 1] is not a trailing suffix of operand 0 f32[6, 4] nor its "
+                         "shape with the last dim 1");
+  xm_ir_module_destroy(m);
+  assert_int_equal(xm_ir_module_create("r1", &m), XM_OK);
+  dy = source(m, XM_OP_INPUT, "dy", ty(XM_DT_F32, 2, 6, 4));
   xm_ir_build1(m, XM_OP_REDUCE_TO, 1, V(dy), ty(XM_DT_F32, 1, 6, 0), "/bad");
   expect_verify_error(m, "not a trailing suffix");
+  xm_ir_module_destroy(m);
+
+  /* mul's per-row factor: b [6,1] times a [6,4]; add has no such form, and
+   * a b of another width is neither form */
+  assert_int_equal(xm_ir_module_create("m", &m), XM_OK);
+  xm_ir_value_t *a = source(m, XM_OP_INPUT, "a", ty(XM_DT_F32, 2, 6, 4));
+  xm_ir_value_t *g = source(m, XM_OP_INPUT, "g", ty(XM_DT_F32, 2, 6, 1));
+  xm_ir_build1(m, XM_OP_MUL, 2, V(a, g), ty(XM_DT_F32, 2, 6, 4), "/gate");
+  xm_diag_init(&d);
+  assert_int_equal(xm_ir_verify(m, &d), XM_OK);
+  xm_diag_free(&d);
+  xm_ir_build1(m, XM_OP_ADD, 2, V(a, g), ty(XM_DT_F32, 2, 6, 4), "/add");
+  expect_verify_error(m, "operand 1 shape f32[6, 1] is not a trailing suffix of operand 0 shape "
+                         "f32[6, 4]");
+  xm_ir_module_destroy(m);
+  assert_int_equal(xm_ir_module_create("m2", &m), XM_OK);
+  a = source(m, XM_OP_INPUT, "a", ty(XM_DT_F32, 2, 6, 4));
+  g = source(m, XM_OP_INPUT, "g", ty(XM_DT_F32, 2, 6, 2));
+  xm_ir_build1(m, XM_OP_MUL, 2, V(a, g), ty(XM_DT_F32, 2, 6, 4), "/two");
+  expect_verify_error(m, "nor its shape with the last dim 1");
+  xm_ir_module_destroy(m);
+  assert_int_equal(xm_ir_module_create("m3", &m), XM_OK);
+  a = source(m, XM_OP_INPUT, "a", ty(XM_DT_F32, 2, 6, 4));
+  g = source(m, XM_OP_INPUT, "g", ty(XM_DT_F32, 2, 3, 1));
+  xm_ir_build1(m, XM_OP_MUL, 2, V(a, g), ty(XM_DT_F32, 2, 6, 4), "/rows");
+  expect_verify_error(m, "nor its shape with the last dim 1");
   xm_ir_module_destroy(m);
 
   /* a bad phase */
@@ -678,6 +827,7 @@ int main(void) {
       cmocka_unit_test(test_capacity),
       cmocka_unit_test(test_qk_norm),
       cmocka_unit_test(test_attention_bias),
+      cmocka_unit_test(test_shared_gate),
       cmocka_unit_test(test_aux_free),
       cmocka_unit_test(test_pruning_and_sums),
       cmocka_unit_test(test_nothing_trainable),

@@ -656,6 +656,206 @@ static void test_other_ranks_do_not_write(void **state) {
   free(dir);
 }
 
+/* ---- --init-from ---- */
+
+/* The weights of the toy program as F32 values, for hand-written files. */
+static float weight_value(const char *name, int64_t i) {
+  return (float)((int)(strlen(name) % 7) - 3) * 0.25f + (float)i * 0.125f;
+}
+
+/* IEEE half of a float that one holds exactly (normal or zero). */
+static uint16_t half_of(float f) {
+  uint32_t b;
+  memcpy(&b, &f, 4);
+  uint32_t sign = (b >> 16) & 0x8000u, exp = (b >> 23) & 0xff, man = b & 0x7fffffu;
+  if (exp == 0) return (uint16_t)sign;
+  assert_true(exp >= 113 && exp <= 142 && (man & 0x1fff) == 0);
+  return (uint16_t)(sign | ((exp - 112) << 10) | (man >> 13));
+}
+
+/* Writes `dir` as a Hugging Face checkpoint of the toy program: one tensor
+ * per expert, the embedding in BF16, the experts in F16, the bias and the
+ * norm in F32 (dtype `odd` for the norm instead when it is not F32), plus
+ * `extra` tensors (name, values of `like`). */
+static void write_hf(const char *dir, xm_st_dtype_t odd, const char *const *extra, int n_extra,
+                     const char *config) {
+  mkdir(dir, 0755);
+  xm_st_entry_t e[16];
+  unsigned char *bufs[16];
+  int n = 0;
+  const struct {
+    const char *name;
+    int rank;
+    int64_t d0, d1;
+    xm_st_dtype_t dt;
+  } rows[] = {
+      {"model.embed_tokens.weight", 2, V, H, XM_ST_BF16},
+      {"model.layers.0.mlp.experts.0.gate_proj.weight", 2, F, H, XM_ST_F16},
+      {"model.layers.0.mlp.experts.1.gate_proj.weight", 2, F, H, XM_ST_F16},
+      {"model.layers.0.mlp.experts.2.gate_proj.weight", 2, F, H, XM_ST_F16},
+      {BIAS, 1, E, 0, XM_ST_F32},
+      {"model.norm.weight", 1, H, 0, odd},
+  };
+  for (int r = 0; r < 6 + n_extra; r++) {
+    const char *name = r < 6 ? rows[r].name : extra[r - 6];
+    int k = r < 6 ? r : 0; /* extras: shaped and valued like the embedding */
+    int64_t count = rows[k].rank == 2 ? rows[k].d0 * rows[k].d1 : rows[k].d0;
+    xm_st_dtype_t dt = rows[k].dt;
+    bufs[n] = malloc((size_t)count * 8);
+    for (int64_t i = 0; i < count; i++) {
+      float v = weight_value(rows[k].name, i);
+      if (dt == XM_ST_F32) memcpy(bufs[n] + 4 * i, &v, 4);
+      if (dt == XM_ST_F64) {
+        double dv = v;
+        memcpy(bufs[n] + 8 * i, &dv, 8);
+      }
+      if (dt == XM_ST_F16) {
+        uint16_t h = half_of(v);
+        memcpy(bufs[n] + 2 * i, &h, 2);
+      }
+      if (dt == XM_ST_BF16) {
+        uint32_t bits;
+        memcpy(&bits, &v, 4);
+        uint16_t top = (uint16_t)(bits >> 16);
+        assert_int_equal(bits & 0xffff, 0);
+        memcpy(bufs[n] + 2 * i, &top, 2);
+      }
+    }
+    e[n] = (xm_st_entry_t){.name = name, .dtype = dt, .rank = rows[k].rank, .data = bufs[n]};
+    e[n].dims[0] = rows[k].d0;
+    e[n].dims[1] = rows[k].d1;
+    n++;
+  }
+  xm_diag_t d;
+  xm_diag_init(&d);
+  char *path = path_of(dir, "model.safetensors");
+  assert_int_equal(xm_st_write(path, e, n, NULL, 0, &d), XM_OK);
+  free(path);
+  xm_diag_free(&d);
+  for (int i = 0; i < n; i++)
+    free(bufs[i]);
+  if (config) write_text(dir, "config.json", config);
+}
+
+static void expect_import_error(const char *dir, const char *place, const char *message) {
+  xm_rt_exec_t *y = exec_new(77), *before = exec_new(77);
+  xm_diag_t d;
+  xm_diag_init(&d);
+  assert_int_equal(xm_rt_checkpoint_import(y, dir, &d), XM_ERR_INVALID_INPUT);
+  assert_true(diag_has(&d, NULL, place, message));
+  assert_memory_equal(y->persist, before->persist, (size_t)g_program.persistent_bytes);
+  xm_diag_free(&d);
+  exec_free(y), exec_free(before);
+}
+
+/* --init-from: weights only (optimizer and grads zeroed), BF16 and F16
+ * converted exactly, F64 refused, config.json required and compared. */
+static void test_import(void **state) {
+  (void)state;
+  /* Our own checkpoint: the weights, nothing else. */
+  char *dir = ckpt_dir("import");
+  xm_rt_exec_t *x = exec_new(50);
+  save_ok(x, dir, true);
+  xm_rt_exec_t *y = exec_new(51);
+  xm_diag_t d;
+  xm_diag_init(&d);
+  assert_int_equal(xm_rt_checkpoint_import(y, dir, &d), XM_OK);
+  assert_category_equal(x, y, XM_RT_CAT_WEIGHTS);
+  assert_category_zero(y, XM_RT_CAT_OPTIMIZER);
+  assert_category_zero(y, XM_RT_CAT_GRADS);
+  xm_diag_free(&d);
+  exec_free(x), exec_free(y);
+  free(dir);
+
+  /* A Hugging Face one in BF16, F16 and F32. */
+  dir = ckpt_dir("import-hf");
+  write_hf(dir, XM_ST_F32, NULL, 0, k_config);
+  y = exec_new(52);
+  xm_diag_init(&d);
+  xm_status_t st = xm_rt_checkpoint_import(y, dir, &d);
+  if (st) xm_diag_print(&d, stderr);
+  assert_int_equal(st, XM_OK);
+  xm_diag_free(&d);
+  const float *emb = (const float *)(y->persist + tensor("model.embed_tokens.weight")->offset);
+  const float *exp = (const float *)(y->persist + tensor(EXPERT)->offset);
+  const float *bias = (const float *)(y->persist + tensor(BIAS)->offset);
+  for (int64_t i = 0; i < V * H; i++)
+    assert_true(emb[i] == weight_value("model.embed_tokens.weight", i));
+  for (int64_t e = 0; e < E; e++)
+    for (int64_t i = 0; i < F * H; i++)
+      assert_true(exp[e * F * H + i] ==
+                  weight_value("model.layers.0.mlp.experts.0.gate_proj.weight", i));
+  for (int64_t i = 0; i < E; i++)
+    assert_true(bias[i] == weight_value(BIAS, i));
+  assert_category_zero(y, XM_RT_CAT_OPTIMIZER);
+  exec_free(y);
+  /* --resume takes F32 only: a BF16 file is not its own checkpoint. */
+  expect_load_error(dir, "import-hf/model.safetensors", "model.embed_tokens.weight",
+                    "has dtype BF16, the program expects F32");
+
+  /* F64 is not read; neither is a checkpoint without config.json. */
+  write_hf(dir, XM_ST_F64, NULL, 0, k_config);
+  expect_import_error(
+      dir, "model.norm.weight",
+      "tensor \"model.norm.weight\" has dtype F64, which --init-from does not read");
+  write_hf(dir, XM_ST_F32, NULL, 0, NULL);
+  char *cfg = path_of(dir, "config.json");
+  unlink(cfg);
+  free(cfg);
+  expect_import_error(dir, NULL, "missing: --init-from checks the checkpoint's architecture");
+  write_hf(dir, XM_ST_F32, NULL, 0, "{\"hidden_size\": 8, \"n_routed_experts\": 3}");
+  expect_import_error(dir, "/hidden_size", "is 8 in the checkpoint, 4 in the compiled program");
+
+  /* DeepSeek-V3: an MTP layer stores copies of the shared embedding (and,
+   * tied, of the head); they load when they are copies. */
+  static const char ds[] = "{\"model_type\": \"deepseek_v3\", \"num_hidden_layers\": 1, "
+                           "\"num_nextn_predict_layers\": 1, \"tie_word_embeddings\": true}";
+  const char *saved = g_program.config_json;
+  g_program.config_json = ds;
+  const char *copies[] = {"model.layers.1.embed_tokens.weight",
+                          "model.layers.1.shared_head.head.weight",
+                          "model.layers.0.self_attn.rotary_emb.inv_freq"};
+  write_hf(dir, XM_ST_F32, copies, 3, ds);
+  y = exec_new(53);
+  xm_diag_init(&d);
+  st = xm_rt_checkpoint_import(y, dir, &d);
+  if (st) xm_diag_print(&d, stderr);
+  assert_int_equal(st, XM_OK);
+  assert_true(d.count == 1 && d.entries[0].level == XM_DIAG_WARNING &&
+              strstr(d.entries[0].message, "ignored 1 RoPE buffers"));
+  xm_diag_free(&d);
+  exec_free(y);
+  /* Outside the MTP layers the same names are unexpected. */
+  const char *wrong[] = {"model.layers.0.embed_tokens.weight"};
+  write_hf(dir, XM_ST_F32, wrong, 1, ds);
+  expect_import_error(dir, "model.layers.0.embed_tokens.weight", "unexpected tensor");
+  g_program.config_json = saved;
+  /* A "copy" that is not one: element 3 of the stored head set to 1.0
+   * (BF16, like the embedding it copies). */
+  const char *norm_copy[] = {"model.layers.1.shared_head.head.weight"};
+  g_program.config_json = ds;
+  write_hf(dir, XM_ST_F32, norm_copy, 1, ds);
+  char *p = path_of(dir, "model.safetensors");
+  xm_st_file_t f;
+  xm_diag_init(&d);
+  assert_int_equal(xm_st_open(p, &d, &f), XM_OK);
+  const xm_st_tensor_t *t = xm_st_find(&f, "model.layers.1.shared_head.head.weight");
+  size_t at = (size_t)(t->data - f.bytes);
+  xm_st_close(&f);
+  xm_diag_free(&d);
+  char *raw = NULL;
+  size_t n = 0;
+  assert_int_equal(xm_read_file(p, &raw, &n), 0);
+  const uint16_t one = 0x3f80; /* 1.0 in BF16 */
+  memcpy(raw + at + 2 * 3, &one, 2);
+  write_bytes(dir, "model.safetensors", raw, n);
+  free(raw), free(p);
+  expect_import_error(dir, "model.layers.1.shared_head.head.weight",
+                      "should be a copy of \"model.embed_tokens.weight\"");
+  g_program.config_json = saved;
+  free(dir);
+}
+
 static int setup(void **state) {
   (void)state;
   program_init();
@@ -676,10 +876,16 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_round_trip_exact), cmocka_unit_test(test_hf_names_in_files),
-      cmocka_unit_test(test_sharded),          cmocka_unit_test(test_optimizer_optional),
-      cmocka_unit_test(test_atomic_replace),   cmocka_unit_test(test_crash_between_renames),
-      cmocka_unit_test(test_mismatches),       cmocka_unit_test(test_resume_validates),       cmocka_unit_test(test_other_ranks_do_not_write),
+      cmocka_unit_test(test_round_trip_exact),
+      cmocka_unit_test(test_hf_names_in_files),
+      cmocka_unit_test(test_sharded),
+      cmocka_unit_test(test_optimizer_optional),
+      cmocka_unit_test(test_atomic_replace),
+      cmocka_unit_test(test_crash_between_renames),
+      cmocka_unit_test(test_mismatches),
+      cmocka_unit_test(test_resume_validates),
+      cmocka_unit_test(test_other_ranks_do_not_write),
+      cmocka_unit_test(test_import),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -255,6 +255,8 @@ typedef struct {
 } bad_case_t;
 
 static const bad_case_t k_bad[] = {
+    /* MTP modules are bounded as model.mtp_layers */
+    {"samples/hf/deepseek-v3.json", "num_nextn_predict_layers", "17", "/num_nextn_predict_layers"},
     /* rope_scaling: only YaRN (or "default"), its keys typed and bounded */
     {"samples/hf/deepseek-v3.json", "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}",
      "/rope_scaling/type"},

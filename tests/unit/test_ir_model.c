@@ -1,14 +1,15 @@
 /* tests/unit/test_ir_model.c — the forward graph built from a spec
  * (ir/model.c): op counts, parameter names and shapes against the Hugging
  * Face layout, parameter totals computed by hand, the parameters' roles,
- * routing variants, capacity's dynamic dims, locations, refusals, and the
- * verifier's verdict.
+ * routing variants, capacity's dynamic dims, locations, the shared-expert
+ * gate, and the verifier's verdict.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -519,22 +520,6 @@ static void test_unnamed_and_single_layer(void **state) {
   xm_ir_module_destroy(m);
 }
 
-/* ---- refusals ---------------------------------------------------------- */
-
-static void expect_unsupported(const xm_spec_t *s, const char *place, const char *words) {
-  xm_diag_t d;
-  xm_diag_init(&d);
-  xm_ir_module_t *m = (xm_ir_module_t *)&d; /* must be overwritten */
-  assert_int_equal(xm_ir_build_model(s, "m.json", &d, &m), XM_ERR_UNSUPPORTED);
-  assert_null(m);
-  int at = xm_diag_find(&d, place);
-  assert_true(at >= 0);
-  assert_int_equal(d.entries[at].level, XM_DIAG_ERROR);
-  assert_string_equal(d.entries[at].file, "m.json");
-  assert_non_null(strstr(d.entries[at].message, words));
-  xm_diag_free(&d);
-}
-
 /* The role of param `name` (ir/roles.def), failing when it has none. */
 static const char *role_of(const xm_ir_module_t *m, const char *name) {
   xm_ir_op_t *op = find_param(m, name);
@@ -818,11 +803,84 @@ static void test_mtp_graph(void **state) {
   xm_ir_module_destroy(m);
 }
 
-static void test_shared_gate_unsupported(void **state) {
+/* Qwen2-MoE's gated shared expert (transformers' Qwen2MoeSparseMoeBlock):
+ * out = routed + sigmoid(t W^T) * shared(t), W = mlp.shared_expert_gate.weight
+ * [1,H], one gate per token, in every MoE layer; the tensor is counted
+ * (build_ok) and placed by its own role. */
+static void test_shared_gate_graph(void **state) {
   (void)state;
   xm_spec_t s = tiny_spec();
   s.moe.shared_expert_gate = true;
-  expect_unsupported(&s, "/moe/shared_expert_gate", "not supported yet");
+  xm_ir_module_t *m = build_ok(&s);
+  const int64_t T = 16, H = 32;
+  assert_null(find_param(m, "model.layers.0.mlp.shared_expert_gate.weight")); /* dense */
+  for (int layer = 1; layer <= 2; layer++) {
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert_gate.weight", layer);
+    xm_ir_op_t *w = expect_param(m, name, 2, 1, H, 0);
+    assert_string_equal(role_of(m, name), "shared_gate");
+    assert_string_equal(xm_ir_op_get_string(w, "init", ""), "normal");
+    assert_true(fabs(xm_ir_op_get_float(w, "std", 0) - 0.02) < 1e-15);
+    assert_true(xm_ir_op_get_bool(w, "trainable", true));
+    assert_int_equal(xm_ir_op_get_int(w, "layer", -1), layer);
+    assert_string_equal(w->loc, "/moe/shared_expert_gate");
+  }
+  /* The only sigmoids and muls of the graph are the two gates. */
+  assert_int_equal(count_ops(m, XM_OP_SIGMOID), 2);
+  assert_int_equal(count_ops(m, XM_OP_MUL), 2);
+  assert_int_equal(count_ops(m, XM_OP_MATMUL), 24 + 2);
+  assert_int_equal(count_ops(m, XM_OP_PARAM), 38 + 2);
+  int gates = 0;
+  for (int i = 0; i < xm_ir_module_num_ops(m); i++) {
+    const xm_ir_op_t *mul = xm_ir_module_op(m, i);
+    if (mul->code != XM_OP_MUL) continue;
+    gates++;
+    int64_t layer = xm_ir_op_get_int(mul, "layer", -1);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "model.layers.%" PRId64 ".mlp.", layer);
+    /* a: the shared expert's down projection [T,H] */
+    const xm_ir_op_t *down = mul->operands[0]->def;
+    assert_int_equal(down->code, XM_OP_MATMUL);
+    const char *dname = xm_ir_op_get_string(down->operands[1]->def, "name", "");
+    assert_true(strncmp(dname, prefix, strlen(prefix)) == 0);
+    assert_string_equal(dname + strlen(prefix), "shared_experts.down_proj.weight");
+    /* b: sigmoid of the token matrix times the gate weight, [T,1] */
+    const xm_ir_op_t *sig = mul->operands[1]->def;
+    assert_int_equal(sig->code, XM_OP_SIGMOID);
+    const xm_ir_op_t *logit = sig->operands[0]->def;
+    assert_int_equal(logit->code, XM_OP_MATMUL);
+    const char *gname = xm_ir_op_get_string(logit->operands[1]->def, "name", "");
+    assert_string_equal(gname + strlen(prefix), "shared_expert_gate.weight");
+    const xm_ir_type_t *gt = &sig->results[0]->type;
+    assert_int_equal(gt->rank, 2);
+    assert_int_equal(gt->dims[0], T);
+    assert_int_equal(gt->dims[1], 1);
+    assert_int_equal(mul->results[0]->type.dims[0], T);
+    assert_int_equal(mul->results[0]->type.dims[1], H);
+    /* the gate reads the tokens the shared experts read (the router's too) */
+    const xm_ir_op_t *swiglu = down->operands[0]->def;
+    assert_int_equal(swiglu->code, XM_OP_SWIGLU);
+    assert_ptr_equal(logit->operands[0], swiglu->operands[0]->def->operands[0]);
+    /* and the gated output is what is added to the routed experts' sum */
+    int adds = 0;
+    for (int j = i + 1; j < xm_ir_module_num_ops(m); j++) {
+      const xm_ir_op_t *add = xm_ir_module_op(m, j);
+      if (add->code != XM_OP_ADD || add->operands[1] != mul->results[0]) continue;
+      assert_int_equal(add->operands[0]->def->code, XM_OP_SCATTER_COMBINE);
+      adds++;
+    }
+    assert_int_equal(adds, 1);
+    assert_string_equal(mul->loc, "/moe/shared_expert_gate");
+  }
+  assert_int_equal(gates, 2);
+  xm_ir_module_destroy(m);
+
+  /* Ungated shared experts (DeepSeek's) have no gate tensor or sigmoid. */
+  s = tiny_spec();
+  m = build_ok(&s);
+  assert_int_equal(count_ops(m, XM_OP_SIGMOID), 0);
+  assert_null(find_param(m, "model.layers.1.mlp.shared_expert_gate.weight"));
+  xm_ir_module_destroy(m);
 }
 
 int main(void) {
@@ -846,7 +904,7 @@ int main(void) {
       cmocka_unit_test(test_param_roles),
       cmocka_unit_test(test_mla_graph),
       cmocka_unit_test(test_mtp_graph),
-      cmocka_unit_test(test_shared_gate_unsupported),
+      cmocka_unit_test(test_shared_gate_graph),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

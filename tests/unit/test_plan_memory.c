@@ -3,14 +3,17 @@
  * over all pairs against a liveness computed here independently), buffers
  * whose lifetimes do not meet share bytes, reshape aliasing, the persistent
  * arena's order and categories, dynamic bounds, determinism, step
- * temporaries reusing the micro arena, errors, the report, and the tiny
- * sample model planned below the naive sum.
+ * temporaries reusing the micro arena, errors, the report, the tiny
+ * sample model planned below the naive sum, and, per recompute policy, the
+ * plans of two models under four layouts each against the cost model
+ * (planner/cost.c): the arenas, the savings and their order.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@
 #include "ir/verify.h"
 #include "passes/pass.h"
 #include "passes/plan_memory.h"
+#include "planner/cost.h"
 #include "support/diag.h"
 #include "support/strbuf.h"
 
@@ -592,6 +596,136 @@ static void test_tiny_after_autodiff(void **state) {
   xm_ir_module_destroy(m);
 }
 
+
+/* ---- the cost model's activation memory against the plan, per recompute policy ---- */
+
+typedef struct {
+  const char *spec;       /* relative to the source tree */
+  int64_t dp, tp, ep, rpn;
+  bool ssmb, rbd;
+  int zero;
+} mem_case_t;
+
+/* The pipeline xmoec compile runs (tools/xmoec/cmd_compile.c, build_pipeline)
+ * for a layout and recompute policy. */
+static void compile_pipeline(const xm_spec_t *s, const mem_case_t *c, xm_recompute_t rc,
+                             xm_strbuf_t *out) {
+  bool multi = c->dp * c->tp > 1;
+  if (multi)
+    xm_strbuf_printf(out,
+                     "shard{dp=%lld tp=%lld ep=%lld ssmb=%d rbd=%d zero=%d ranks-per-node=%lld "
+                     "dispatch-bound=4},",
+                     (long long)c->dp, (long long)c->tp, (long long)c->ep, c->ssmb, c->rbd,
+                     c->zero, (long long)c->rpn);
+  xm_strbuf_printf(out, "fuse-permute-gemm,fuse-lm-head,autodiff{grad-accum=%lld aux-free-gamma=",
+                   (long long)(s->training.global_batch / (s->training.micro_batch * c->dp)));
+  xm_strbuf_put_double(out, s->moe.aux_free_gamma);
+  xm_strbuf_puts(out, "},");
+  if (s->training.dtype == XM_DTYPE_BF16) xm_strbuf_puts(out, "mixed-precision{dtype=bf16},");
+  if (rc != XM_RECOMPUTE_NONE)
+    xm_strbuf_printf(out, "recompute{policy=%s},", rc == XM_RECOMPUTE_FULL ? "full" : "selective");
+  xm_strbuf_puts(out, "canonicalize,fold-accumulate,");
+  if (multi) xm_strbuf_puts(out, "overlap-grad-reduce,");
+  xm_strbuf_puts(out, "host-reads,kernel-workspace,routed-rows,");
+  if (multi) xm_strbuf_puts(out, "overlap-moe-comm,");
+  xm_strbuf_puts(out, "plan-memory,schedule");
+}
+
+/* The plan of one case under one policy. */
+static xm_mem_report_t plan_case(const xm_spec_t *s, const mem_case_t *c, xm_recompute_t rc) {
+  xm_diag_t d;
+  xm_diag_init(&d);
+  xm_ir_module_t *m = NULL;
+  assert_int_equal(xm_ir_build_model(s, "spec", &d, &m), XM_OK);
+  xm_diag_free(&d);
+  xm_strbuf_t p;
+  xm_strbuf_init(&p);
+  compile_pipeline(s, c, rc, &p);
+  plan_ok(m, xm_strbuf_cstr(&p));
+  xm_strbuf_free(&p);
+  xm_mem_report_t r = report_of(m);
+  xm_ir_module_destroy(m);
+  return r;
+}
+
+static xm_cost_t cost_case(const xm_spec_t *s, const mem_case_t *c, xm_recompute_t rc) {
+  int64_t world = c->dp * c->tp;
+  xm_net_t n = {.nodes = world / c->rpn,
+                .ranks_per_node = c->rpn,
+                .intra_bw = 100e9,
+                .inter_bw = 10e9,
+                .intra_lat = 2e-6,
+                .inter_lat = 5e-6};
+  xm_cost_point_t pt = {.layout = {.dp = c->dp, .tp = c->tp, .ep = c->ep, .ssmb = c->ssmb,
+                                   .rbd = c->rbd, .zero = c->zero, .ranks_per_node = c->rpn},
+                        .recompute = rc,
+                        .micro_batch = s->training.micro_batch,
+                        .policy = XM_POLICY_XMOEC};
+  xm_diag_t d;
+  xm_diag_init(&d);
+  xm_cost_t k;
+  xm_status_t st = xm_cost_evaluate(s, &n, 64.0 * (1 << 30), 100e12, 0.5, &pt, NULL, &d, &k);
+  if (st != XM_OK) xm_diag_print(&d, stderr);
+  assert_int_equal(st, XM_OK);
+  xm_diag_free(&d);
+  return k;
+}
+
+/* For every recompute policy: the planned persistent + activation arenas
+ * within 10% of what cost.c predicts (the tolerance of
+ * tests/e2e/cost_validation.sh) and the persistent arena exactly; what the
+ * policy saves on the activation arena (against none) within 20% of the
+ * predicted saving (plus 2% of the arena, for the placement's slack where
+ * the model predicts no saving); and the order none > selective > full of
+ * the planned arenas wherever the model predicts it (never an increase). */
+static void test_recompute_against_cost_model(void **state) {
+  (void)state;
+  static const mem_case_t cases[] = {
+      {"tests/e2e/inputs/layouts.json", 1, 1, 1, 1, false, false, 0},
+      {"tests/e2e/inputs/layouts.json", 2, 1, 2, 2, false, false, 0},
+      {"tests/e2e/inputs/layouts.json", 1, 2, 2, 2, true, false, 0},
+      {"tests/e2e/inputs/layouts.json", 2, 2, 4, 2, true, true, 1},
+      {"samples/tiny.json", 1, 1, 1, 1, false, false, 0},
+      {"samples/tiny.json", 2, 1, 2, 1, false, false, 1},
+      {"samples/tiny.json", 1, 2, 2, 2, true, false, 0},
+      {"samples/tiny.json", 2, 2, 4, 2, true, true, 1},
+  };
+  static const char *const names[] = {"none", "selective", "full"};
+  int failures = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const mem_case_t *c = &cases[i];
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", XM_SOURCE_DIR, c->spec);
+    xm_spec_t s;
+    xm_diag_t d;
+    xm_diag_init(&d);
+    assert_int_equal(xm_spec_load_file(path, &d, &s), XM_OK);
+    xm_diag_free(&d);
+    double pred[3], plan[3];
+    for (int rc = 0; rc < 3; rc++) {
+      xm_mem_report_t r = plan_case(&s, c, (xm_recompute_t)rc);
+      xm_cost_t k = cost_case(&s, c, (xm_recompute_t)rc);
+      double persist = k.weights + k.grads + k.optimizer;
+      pred[rc] = k.activations + k.buffers;
+      plan[rc] = (double)r.activation_bytes;
+      double total = (double)(r.persistent_bytes + r.activation_bytes);
+      double rel = (persist + pred[rc] - total) / total;
+      double saved_pred = pred[0] - pred[rc], saved_plan = plan[0] - plan[rc];
+      bool ok = fabs(rel) <= 0.10 && persist == (double)r.persistent_bytes &&
+                fabs(saved_plan - saved_pred) <= 0.20 * saved_pred + 0.02 * plan[0] &&
+                (rc == 0 || plan[rc] <= plan[rc - 1]) &&
+                (rc == 0 || pred[rc] >= pred[rc - 1] || plan[rc] < plan[rc - 1]);
+      printf("  %-30s dp%lld tp%lld ep%lld%s%s%s %-9s activation arena predicted %9.0f planned "
+             "%9.0f, saved %9.0f of %9.0f predicted; arenas %+6.2f%%%s\n",
+             c->spec, (long long)c->dp, (long long)c->tp, (long long)c->ep,
+             c->ssmb ? " ssmb" : "", c->rbd ? " rbd" : "", c->zero ? " zero1" : "", names[rc],
+             pred[rc], plan[rc], saved_plan, saved_pred, 100 * rel, ok ? "" : "  FAIL");
+      failures += !ok;
+    }
+  }
+  assert_int_equal(failures, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_no_overlap_branches),
@@ -607,6 +741,7 @@ int main(void) {
       cmocka_unit_test(test_report_text),
       cmocka_unit_test(test_tiny_model),
       cmocka_unit_test(test_tiny_after_autodiff),
+      cmocka_unit_test(test_recompute_against_cost_model),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* tools/xmoec/cmd_compile.c — `xmoec compile`: a spec to a training program.
  *
  *   spec (+ cluster) -> forward graph (ir/model.c) -> the pass pipeline
- *   "[shard{...},]fuse-permute-gemm,autodiff{...},canonicalize,plan-memory,schedule" ->
+ *   "[shard{...},]fuse-permute-gemm,autodiff{...},[recompute{...},]canonicalize,...,
+ *   plan-memory,schedule" (build_pipeline has the whole list) ->
  *   out/program.c, out/main.c, out/config.json, out/model.xir,
  *   out/manifest.json -> the system C compiler with the runtime archives ->
  *   out/train.
@@ -12,8 +13,8 @@
  * When neither the spec nor a flag fixes any of it but a cluster is given
  * (--cluster or the spec's "cluster" section), the planner chooses it
  * (planner/plan.h, policy xmoec, the spec's recompute policy only, since
- * that is what the generated program does): the layout and micro-batch of
- * the fastest configuration that fits are written into the spec's parallel
+ * that is what the recompute pass builds into the program): the layout and
+ * micro-batch of the fastest configuration that fits are written into the spec's parallel
  * and training sections and compiled, and the report says which was chosen
  * and why. Without a cluster and without a layout the program is one rank,
  * as before;
@@ -332,6 +333,7 @@ struct compile {
   char gpu_arch[64]; /* GPU targets: the architecture the kernels are built for */
   int64_t fused_gathers, fused_combines; /* module attrs of fuse-permute-gemm */
   int64_t unfused_activation_bytes;      /* the same program's arena without it */
+  int64_t kept_activation_bytes; /* the same program's arena without recompute */
   xm_mem_report_t mem;
   bool planned;             /* the planner chose the layout */
   xm_plan_candidate_t plan; /* what it chose */
@@ -702,15 +704,6 @@ static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
     }
     snprintf(c->gpu_arch, sizeof c->gpu_arch, "%s", arch);
   }
-  if (st == XM_OK && c->spec.training.recompute != XM_RECOMPUTE_NONE) {
-    /* Building the program without it would keep every activation the
-     * spec asked to drop: refused rather than silently ignored. */
-    xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, "/training/recompute",
-                "activation recompute (\"%s\") is costed by xmoec plan but not built by "
-                "compile yet; use \"none\"",
-                c->spec.training.recompute == XM_RECOMPUTE_FULL ? "full" : "selective");
-    st = XM_ERR_UNSUPPORTED;
-  }
   if (st == XM_OK && c->spec.training.dtype == XM_DTYPE_FP16) {
     xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, "/training/dtype",
                 "fp16 training is not built (it needs dynamic loss scaling); use \"bf16\" "
@@ -807,17 +800,23 @@ static xm_status_t resolve_layout(compile_t *c, xm_diag_t *diag) {
 }
 
 /* "[shard{...},][fuse-permute-gemm,fuse-lm-head,]autodiff{...},[mixed-precision{...},]
- * canonicalize,fold-accumulate,[overlap-grad-reduce,]host-reads,kernel-workspace,
- * routed-rows,[overlap-moe-comm,]plan-memory,schedule" (the bracketed shard and
- * overlap passes on more than one rank, the overlap passes unless --no-overlap).
+ * [recompute{policy=P},]canonicalize,fold-accumulate,[overlap-grad-reduce,]host-reads,
+ * kernel-workspace,routed-rows,[overlap-moe-comm,]plan-memory,schedule" (the bracketed
+ * shard and overlap passes on more than one rank, the overlap passes unless --no-overlap).
  * The shard
  * pass's options are all spelled out, so the manifest records the whole
  * layout. `fuse` false
  * leaves the permutation and the loss unfused (--no-fuse, and the
- * comparison build of the memory report); a bf16 program gets mixed-precision after autodiff. */
+ * comparison build of the memory report); a bf16 program gets mixed-precision after autodiff.
+ * `recompute` adds the spec's /training/recompute policy unless it is none
+ * (false: the comparison build of the report). The recompute pass follows
+ * autodiff and mixed-precision (it rebuilds the forward as it runs, casts
+ * included) and precedes canonicalize (whose dead-op sweep drops what the
+ * forward no longer needs), host-reads (a rebuilt permute gets its own
+ * read) and the overlap and memory passes (passes/recompute.c). */
 static bool bf16(const compile_t *c) { return c->spec.training.dtype == XM_DTYPE_BF16; }
 
-static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
+static void build_pipeline(const compile_t *c, bool fuse, bool recompute, xm_strbuf_t *out) {
   const xm_layout_t *l = &c->layout;
   const xm_training_spec_t *t = &c->spec.training;
   if (xm_layout_world(l) > 1)
@@ -833,6 +832,9 @@ static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
   xm_strbuf_put_double(out, c->spec.moe.aux_free_gamma);
   xm_strbuf_puts(out, "},");
   if (bf16(c)) xm_strbuf_puts(out, "mixed-precision{dtype=bf16},");
+  if (recompute && t->recompute != XM_RECOMPUTE_NONE)
+    xm_strbuf_printf(out, "recompute{policy=%s},",
+                     t->recompute == XM_RECOMPUTE_FULL ? "full" : "selective");
   xm_strbuf_puts(out, "canonicalize,fold-accumulate,");
   bool overlap = xm_layout_world(l) > 1 && !c->a.no_overlap;
   if (overlap) xm_strbuf_puts(out, "overlap-grad-reduce,");
@@ -841,13 +843,14 @@ static void build_pipeline(const compile_t *c, bool fuse, xm_strbuf_t *out) {
   xm_strbuf_puts(out, "plan-memory,schedule");
 }
 
-/* The activation arena of the same program without the fusion, for the
- * report: the whole pipeline once more on a fresh graph. */
-static xm_status_t unfused_activations(compile_t *c, xm_diag_t *diag, int64_t *out_bytes) {
+/* The activation arena of the same program without the fusion (or without
+ * recompute), for the report: the whole pipeline once more on a fresh graph. */
+static xm_status_t other_activations(compile_t *c, bool fuse, bool recompute, xm_diag_t *diag,
+                                     int64_t *out_bytes) {
   xm_ir_module_t *m = NULL;
   xm_strbuf_t pipeline;
   xm_strbuf_init(&pipeline);
-  build_pipeline(c, false, &pipeline);
+  build_pipeline(c, fuse, recompute, &pipeline);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
   xm_mem_report_t r;
@@ -863,7 +866,7 @@ static xm_status_t unfused_activations(compile_t *c, xm_diag_t *diag, int64_t *o
 /* Graph, passes and the generated texts. */
 static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
   XM_RETURN_IF_ERROR(xm_ir_build_model(&c->spec, c->a.input, diag, &c->m));
-  build_pipeline(c, !c->a.no_fuse, &c->pipeline);
+  build_pipeline(c, !c->a.no_fuse, true, &c->pipeline);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
   po.print_ir_after_all = c->a.print_after_all;
@@ -874,7 +877,10 @@ static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
   c->fused_gathers = xm_ir_module_get_int(c->m, "fused_gathers", 0);
   c->fused_combines = xm_ir_module_get_int(c->m, "fused_combines", 0);
   if (c->fused_gathers + c->fused_combines > 0 || xm_ir_module_get_int(c->m, "fused_losses", 0) > 0)
-    XM_RETURN_IF_ERROR(unfused_activations(c, diag, &c->unfused_activation_bytes));
+    XM_RETURN_IF_ERROR(other_activations(c, false, true, diag, &c->unfused_activation_bytes));
+  if (c->spec.training.recompute != XM_RECOMPUTE_NONE)
+    XM_RETURN_IF_ERROR(
+        other_activations(c, !c->a.no_fuse, false, diag, &c->kept_activation_bytes));
   XM_RETURN_IF_ERROR(xm_codegen_config_json(&c->spec, &c->config));
   xm_codegen_inputs_t in = {.spec_path = c->a.input,
                             .spec_text = c->spec_text,
@@ -947,6 +953,19 @@ static void print_fusion(const compile_t *c) {
     printf("fuse-lm-head: nothing to fold\n");
 }
 
+/* What the recompute pass rebuilt and the activation arena it saved. */
+static void print_recompute(const compile_t *c) {
+  xm_recompute_t r = c->spec.training.recompute;
+  if (r == XM_RECOMPUTE_NONE) return;
+  const double mib = 1024.0 * 1024.0;
+  printf("recompute: %s: %lld forward ops rebuilt in the backward, each layer's before its "
+         "backward reads them; activation arena %.2f MiB (%.2f MiB without)\n",
+         r == XM_RECOMPUTE_FULL ? "full (each layer's input kept)"
+                                : "selective (the expert FFN intermediates)",
+         (long long)xm_ir_module_get_int(c->m, "recomputed_ops", 0),
+         (double)c->mem.activation_bytes / mib, (double)c->kept_activation_bytes / mib);
+}
+
 /* What the overlap passes put beside the computation (more than one rank). */
 static void print_overlap(const compile_t *c) {
   if (xm_layout_world(&c->layout) == 1) return;
@@ -1002,6 +1021,7 @@ static int compile(compile_t *c) {
   xm_plan_memory_print_report(&c->mem, &report);
   printf("%s\n", xm_strbuf_cstr(&report));
   print_fusion(c);
+  print_recompute(c);
   print_overlap(c);
   xm_strbuf_free(&report);
   int rc = write_outputs(c);

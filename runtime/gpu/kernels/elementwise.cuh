@@ -4,10 +4,11 @@
  * runtime/cpu/kernels_*.c).
  *
  * How work maps to threads (blocks of XM_TILE_THREADS threads):
- *   - add, mul, scale, fill, copy, the activations and their gradients, the
- *     casts, accumulate, accumulate_i32, adamw: one grid-stride loop over
- *     the elements (XM_FOR_GRID, xm_grid_1d blocks), one element per thread
- *     per step, consecutive threads on consecutive elements; one launch.
+ *   - add, mul, mul_rows, scale, fill, copy, the activations and their
+ *     gradients, the casts, accumulate, accumulate_i32, adamw: one
+ *     grid-stride loop over the elements (XM_FOR_GRID, xm_grid_1d blocks),
+ *     one element per thread per step, consecutive threads on consecutive
+ *     elements; one launch.
  *   - concat, split (along the last dim): one thread per output element
  *     (split: a's elements, then b's); for split's broadcast b (Hb == 1)
  *     that thread sums its column over the heads in head order in double.
@@ -19,6 +20,10 @@
  *     splits the rows among the rest of its threads (row groups); each
  *     thread sums its rows in order in double, then the row groups are added
  *     in a fixed tree in shared memory: deterministic, coalesced along rows.
+ *   - reduce_rows (row sums of a [rows, H] matrix): a block per row (grid
+ *     stride over the rows); its threads sum the columns t, t + threads, ...
+ *     in double and the block adds them in the fixed tree of
+ *     xm_ew_block_sum_d: deterministic, coalesced along the row.
  *   - sum_sq_acc: a single block (the accumulator is one double and there is
  *     no scratch for per-block partials, so a multi-block sum would need
  *     float atomics or a second buffer): per-thread double partials, a fixed
@@ -110,6 +115,25 @@ void xm_g_mul(xm_stream_t s, const float *a, const float *b, float *y, int64_t n
             na, nb);
 }
 XM_G_TABLE(mul)
+
+/* ---- mul_rows: y[r*H + h] = a[r*H + h] * b[r] (one factor per row) ----------- */
+
+template <class S>
+XM_GLOBAL(XM_TILE_THREADS)
+k_mul_rows(const float *a, const float *b, float *y, int64_t rows_, int64_t H_) {
+  const int64_t rows = XM_DIM(S, rows, rows_), H = XM_DIM(S, H, H_);
+  const int64_t h = H > 0 ? H : 1; /* see k_split: no division by a constant 0 */
+  XM_FOR_GRID(i, rows * H) y[i] = a[i] * b[i / h];
+}
+template <class S>
+void xm_g_mul_rows(xm_stream_t s, const float *a, const float *b, float *y, int64_t rows_,
+                   int64_t H_) {
+  const int64_t rows = XM_DIM(S, rows, rows_), H = XM_DIM(S, H, H_);
+  if (rows * H <= 0) return;
+  xm_launch("mul_rows", xm_grid_1d(rows * H, XM_TILE_THREADS), 1, 1, XM_TILE_THREADS, s,
+            &k_mul_rows<S>, a, b, y, rows, H);
+}
+XM_G_TABLE(mul_rows)
 
 /* ---- scale, fill, copy ------------------------------------------------------ */
 
@@ -278,6 +302,33 @@ void xm_g_reduce_to(xm_stream_t s, const float *x, float *y, int64_t nx_, int64_
             cw);
 }
 XM_G_TABLE(reduce_to)
+
+/* ---- reduce_rows: y[r] = sum_h x[r*H + h] --------------------------------------
+ * Block b sums rows b, b + blocks, ...: every thread of a block runs the
+ * same rows (the loop bound is the block's), so the barriers inside stay
+ * uniform. */
+template <class S>
+XM_GLOBAL(XM_TILE_THREADS) k_reduce_rows(const float *x, float *y, int64_t rows_, int64_t H_) {
+  const int64_t rows = XM_DIM(S, rows, rows_), H = XM_DIM(S, H, H_);
+  XM_SHARED(double, red, XM_TILE_THREADS);
+  const int t = xm_tid();
+  for (int64_t r = xm_bid_x(); r < rows; r += xm_nbid_x()) {
+    const float *xr = x + r * H;
+    double acc = 0.0;
+    for (int64_t h = t; h < H; h += xm_ntid()) acc += (double)xr[h];
+    const double sum = xm_ew_block_sum_d(acc, red);
+    if (t == 0) y[r] = (float)sum;
+    xm_sync(); /* every thread has read red[0] before the next row writes red */
+  }
+}
+template <class S>
+void xm_g_reduce_rows(xm_stream_t s, const float *x, float *y, int64_t rows_, int64_t H_) {
+  const int64_t rows = XM_DIM(S, rows, rows_), H = XM_DIM(S, H, H_);
+  if (rows <= 0) return;
+  const int64_t blocks = rows < XM_TILE_MAX_GRID_1D ? rows : XM_TILE_MAX_GRID_1D;
+  xm_launch("reduce_rows", blocks, 1, 1, XM_TILE_THREADS, s, &k_reduce_rows<S>, x, y, rows, H);
+}
+XM_G_TABLE(reduce_rows)
 
 /* ---- activations (formulas and operation order of kernels_dense.c) --------- */
 
