@@ -577,6 +577,24 @@ static xm_status_t check_ckpt_dir(trainer_t *t) {
   return agree(t, st);
 }
 
+static xm_status_t agree_on_input(trainer_t *t, xm_status_t st, const char *msgs);
+
+/* Every rank read the same files, so their messages are alike: one copy,
+ * from the lowest rank that failed (or rank 0's warnings and notes); the
+ * status every rank returns is the agreed one. Frees `diag`. */
+static xm_status_t settle_checkpoint_diag(trainer_t *t, xm_status_t st, xm_diag_t *diag) {
+  char *msgs = NULL;
+  size_t msgs_len = 0;
+  FILE *f = open_memstream(&msgs, &msgs_len);
+  xm_diag_print(diag, f ? f : stderr);
+  if (f) fclose(f);
+  xm_diag_free(diag);
+  st = agree_on_input(t, st, msgs);
+  if (st == XM_OK && t->ctx.rank == 0 && msgs) fputs(msgs, stderr);
+  free(msgs);
+  return st;
+}
+
 /* DIR/latest is replaced atomically (write a temporary file, sync, rename)
  * so a reader sees either the old or the new name, never half of one. */
 static xm_status_t write_latest(const char *dir, const char *name, const char *prog) {
@@ -644,18 +662,7 @@ static xm_status_t load_checkpoint(trainer_t *t) {
   xm_status_t st =
       xm_rt_shard_checkpoint_load(&t->x, t->comm, &t->coords, t->sharded ? &t->view : NULL,
                                   t->resume_path, !t->o.eval, &ts, &diag);
-  /* Every rank read the same files, so their messages are alike: one copy,
-   * from the lowest rank that failed (or rank 0's warnings and notes). */
-  char *msgs = NULL;
-  size_t msgs_len = 0;
-  FILE *f = open_memstream(&msgs, &msgs_len);
-  xm_diag_print(&diag, f ? f : stderr);
-  if (f) fclose(f);
-  xm_diag_free(&diag);
-  st = agree_on_input(t, st, msgs);
-  if (st == XM_OK && t->ctx.rank == 0 && msgs) fputs(msgs, stderr);
-  free(msgs);
-  XM_RETURN_IF_ERROR(st);
+  XM_RETURN_IF_ERROR(settle_checkpoint_diag(t, st, &diag));
   persist_upload(t);
   if (ts.step < 0 || ts.data_pos < 0) {
     fprintf(stderr,
@@ -680,16 +687,7 @@ static xm_status_t import_checkpoint(trainer_t *t) {
   xm_diag_init(&diag);
   xm_status_t st = xm_rt_shard_checkpoint_import(&t->x, t->comm, &t->coords,
                                                  t->sharded ? &t->view : NULL, t->init_path, &diag);
-  char *msgs = NULL;
-  size_t msgs_len = 0;
-  FILE *f = open_memstream(&msgs, &msgs_len);
-  xm_diag_print(&diag, f ? f : stderr);
-  if (f) fclose(f);
-  xm_diag_free(&diag);
-  st = agree_on_input(t, st, msgs);
-  if (st == XM_OK && t->ctx.rank == 0 && msgs) fputs(msgs, stderr);
-  free(msgs);
-  XM_RETURN_IF_ERROR(st);
+  XM_RETURN_IF_ERROR(settle_checkpoint_diag(t, st, &diag));
   persist_upload(t);
   return XM_OK;
 }
