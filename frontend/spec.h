@@ -28,7 +28,15 @@ typedef enum { XM_QK_NORM_NONE, XM_QK_NORM_HEAD, XM_QK_NORM_FULL } xm_qk_norm_t;
 typedef enum { XM_DTYPE_FP32, XM_DTYPE_BF16, XM_DTYPE_FP16 } xm_train_dtype_t;
 typedef enum { XM_LR_COSINE, XM_LR_CONSTANT, XM_LR_LINEAR } xm_lr_schedule_t;
 typedef enum { XM_RECOMPUTE_NONE, XM_RECOMPUTE_SELECTIVE, XM_RECOMPUTE_FULL } xm_recompute_t;
-typedef enum { XM_TOPO_FAT_TREE, XM_TOPO_DRAGONFLY, XM_TOPO_TORUS } xm_topology_t;
+/* In this order (the ordinals are stable): fabric/ models all but torus. */
+typedef enum {
+  XM_TOPO_FAT_TREE,
+  XM_TOPO_DRAGONFLY,
+  XM_TOPO_TORUS,
+  XM_TOPO_FAT_TREE_OVERSUB,
+  XM_TOPO_REGIONAL_OCS
+} xm_topology_t;
+typedef enum { XM_OCS_PER_ITERATION, XM_OCS_PER_LAYER } xm_ocs_reconfig_t;
 
 #define XM_SPEC_NAME_MAX 64
 
@@ -121,6 +129,18 @@ typedef struct {
   double inter_bw_gbps;      /* GB/s per rank, one direction, across nodes */
   double inter_latency_us;
   xm_topology_t topology;
+  /* The network in detail (fabric/, docs/fabric.md); 0 = derived from the
+   * fields above as docs/fabric.md says. */
+  int64_t nic_ports;           /* NIC ports per node */
+  double link_gbps;            /* Gb/s per NIC port and direction */
+  int64_t switch_radix;        /* ports of one electrical switch */
+  double oversubscription;     /* fat-tree-oversubscribed: leaf down:up */
+  int64_t dragonfly_servers_per_router, dragonfly_routers_per_group, dragonfly_global_links;
+  int64_t ocs_region_servers;  /* regional-ocs: servers per region */
+  int64_t ocs_ports;           /* NIC ports per node on the region's OCS */
+  int64_t ocs_switch_ports;    /* ports of one OCS */
+  double ocs_reconfig_ms;      /* circuit reconfiguration delay */
+  xm_ocs_reconfig_t ocs_reconfig;
   /* The GPU architecture code is generated for: "gfx90a" (MI250X, the
    * default of --target hip), "sm_90" (H100/H200, the default of --target
    * cuda), ...; "" = the target's default. */

@@ -24,7 +24,9 @@ static const char *const kScoring[] = {"softmax", "sigmoid", NULL};
 static const char *const kDtype[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const kSchedule[] = {"cosine", "constant", "linear", NULL};
 static const char *const kRecompute[] = {"none", "selective", "full", NULL};
-static const char *const kTopology[] = {"fat-tree", "dragonfly", "torus", NULL};
+static const char *const kTopology[] = {"fat-tree", "dragonfly", "torus", "fat-tree-oversubscribed",
+                                        "regional-ocs", NULL};
+static const char *const kOcsReconfig[] = {"iteration", "layer", NULL};
 
 #define P2(n) ((double)(1LL << (n)))
 #define MEMBER_SIZE(m) sizeof(((xm_spec_t *)0)->m)
@@ -148,6 +150,19 @@ static const xm_spec_field_t kFields[] = {
     FLT(C, cluster, inter_bw_gbps, 12.5, 0.001, 1e6, 0, "GB/s per rank across nodes"),
     FLT(C, cluster, inter_latency_us, 5, 0, 1e6, 0, "latency across nodes, us"),
     ENUM(C, cluster, topology, XM_TOPO_FAT_TREE, kTopology, 0, "inter-node network"),
+    INT(C, cluster, nic_ports, 0, 0, 1024, 0, "NIC ports per node; 0 = ranks_per_node"),
+    FLT(C, cluster, link_gbps, 0, 0, 1e5, 0, "Gb/s per NIC port; 0 = from inter_bw_gbps"),
+    INT(C, cluster, switch_radix, 64, 4, 4096, 0, "ports of an electrical switch"),
+    FLT(C, cluster, oversubscription, 2, 1, 64, 0, "fat-tree-oversubscribed: leaf down:up"),
+    INT(C, cluster, dragonfly_servers_per_router, 0, 0, 1024, 0, "dragonfly: nodes per router"),
+    INT(C, cluster, dragonfly_routers_per_group, 0, 0, 1024, 0, "dragonfly: routers per group"),
+    INT(C, cluster, dragonfly_global_links, 0, 0, 1024, 0, "dragonfly: global links per router"),
+    INT(C, cluster, ocs_region_servers, 0, 0, P2(20), 0, "regional-ocs: nodes per region"),
+    INT(C, cluster, ocs_ports, 0, 0, 1024, 0, "regional-ocs: NIC ports per node on the OCS"),
+    INT(C, cluster, ocs_switch_ports, 0, 0, P2(20), 0, "regional-ocs: ports of one OCS"),
+    FLT(C, cluster, ocs_reconfig_ms, 10, 0, 1e6, 0, "regional-ocs: reconfiguration delay, ms"),
+    ENUM(C, cluster, ocs_reconfig, XM_OCS_PER_ITERATION, kOcsReconfig, 0,
+         "regional-ocs: reconfigure per iteration or per layer"),
     {C, "gpu_arch", XM_FIELD_STRING, offsetof(xm_spec_t, cluster.gpu_arch),
      MEMBER_SIZE(cluster.gpu_arch), 0, 0, 0, 0, 0, NULL,
      "GPU architecture of compiled kernels (gfx90a, sm_90, ...)"},

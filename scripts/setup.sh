@@ -23,6 +23,7 @@ packages=(
   clang-19 libclang-rt-19-dev
   openmpi-bin libopenmpi-dev
   libopenblas-dev
+  libsimgrid-dev
   libomp-19-dev
   python3 python3-torch python3-numpy
 )
