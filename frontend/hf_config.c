@@ -139,6 +139,7 @@ static const struct {
     {"routed_scaling_factor", XM_SECTION_MOE, "routed_scaling"},
     {"aux_loss_alpha", XM_SECTION_MOE, "aux_alpha"},
     {"router_aux_loss_coef", XM_SECTION_MOE, "aux_alpha"},
+    {"aux_free_bias_update_speed", XM_SECTION_MOE, "aux_free_gamma"},
 };
 
 /* Upper limit for an HF key: its xmoec field's, else `fallback`. */
@@ -543,6 +544,15 @@ static void hf_import_olmoe(hf_ctx_t *c, xm_spec_t *spec) {
   hf_check_top_k(c, spec, "num_experts");
 }
 
+/* A key another one determines: absent, or equal to `want`. */
+static void hf_check_derived(hf_ctx_t *c, const char *key, int64_t want, const char *from) {
+  if (!hf_get(c, key)) return;
+  int64_t v = hf_int(c, key, false, 1, want);
+  if (v != want)
+    hf_error(c, key, "%s %lld disagrees with %s = %lld (it is derived from it)", key,
+             (long long)v, from, (long long)want);
+}
+
 /* DeepSeek MLA attention (V2, V3): q through an optional low-rank bottleneck,
  * k/v through a shared compressed latent plus a decoupled RoPE key. */
 static void hf_import_mla(hf_ctx_t *c, xm_spec_t *spec) {
@@ -561,6 +571,11 @@ static void hf_import_mla(hf_ctx_t *c, xm_spec_t *spec) {
   m->v_head_dim = hf_int(c, "v_head_dim", true, 1, 0);
   m->head_dim = m->qk_nope_head_dim + m->qk_rope_head_dim;
   hf_check_head_dim(c, m->qk_rope_head_dim, "qk_rope_head_dim");
+  /* transformers' DeepseekV3Config derives head_dim (the rotary part) and
+   * qk_head_dim (nope + rope) and writes both into the configs it saves:
+   * read back, they must agree with the fields they come from. */
+  hf_check_derived(c, "head_dim", m->qk_rope_head_dim, "qk_rope_head_dim");
+  hf_check_derived(c, "qk_head_dim", m->head_dim, "qk_nope_head_dim + qk_rope_head_dim");
   if (m->head_dim > hf_limit("head_dim", (double)HF_SIZE_MAX))
     hf_error(c, "qk_nope_head_dim",
              "qk_nope_head_dim + qk_rope_head_dim = %lld exceeds the "
@@ -596,7 +611,9 @@ static void hf_import_ds_routing(hf_ctx_t *c, xm_spec_t *spec, int version) {
   } else if (strcmp(method, "noaux_tc") == 0) {
     if (e->scoring != XM_SCORING_SIGMOID)
       hf_error(c, "topk_method", "unsupported: noaux_tc with scoring_func softmax");
-    e->aux_free_gamma = HF_NOAUX_GAMMA;
+    /* xmoec's exports record the speed they trained with (Hugging Face
+     * configs carry none: then DeepSeek-V3's). */
+    e->aux_free_gamma = hf_real(c, "aux_free_bias_update_speed", false, HF_NOAUX_GAMMA);
   } else {
     hf_error(c, "topk_method",
              "unknown topk_method \"%s\"; supported: greedy, "

@@ -1272,6 +1272,8 @@ typedef enum {
   HK_GROUPS,   /* n_group and topk_group, compared as the routing they give */
   HK_POS_INT,  /* read but not compared (MLA's num_key_value_heads): a positive integer */
   HK_AUX,      /* an aux-loss weight: a training setting, not compared; a number in [0, 10] */
+  HK_SPEED,    /* the aux-free bias speed: a training setting, not compared; in [0, 1] */
+  HK_MLA_DIM,  /* MLA's head_dim (= qk_rope_head_dim), qk_head_dim (= nope + rope) */
 } hk_kind_t;
 
 typedef struct {
@@ -1374,6 +1376,9 @@ static const hk_key_t k_hk_deepseek_v3[] = {
     {"num_nextn_predict_layers", HK_NUM, "0", false},
     {"num_key_value_heads", HK_POS_INT, NULL, false},
     {"aux_loss_alpha", HK_AUX, NULL, false},
+    {"aux_free_bias_update_speed", HK_SPEED, NULL, false},
+    {"head_dim", HK_MLA_DIM, NULL, false},
+    {"qk_head_dim", HK_MLA_DIM, NULL, false},
     {NULL, HK_NUM, NULL, false},
 };
 
@@ -1598,6 +1603,21 @@ static void hk_compare_groups(hk_ctx_t *c) {
     hk_differ_num(c, "topk_group", gt, wt);
 }
 
+/* transformers' DeepseekV3Config derives head_dim and qk_head_dim from
+ * the rotary and non-rotary widths; a file without them means those. */
+static double hk_mla_dim(hk_ctx_t *c, const cJSON *o, const char *key, bool theirs) {
+  double rope = hk_number(c, o, "qk_rope_head_dim", NAN, false);
+  double nope = hk_number(c, o, "qk_nope_head_dim", NAN, false);
+  return hk_number(c, o, key, strcmp(key, "head_dim") == 0 ? rope : nope + rope, theirs);
+}
+
+static void hk_compare_mla_dim(hk_ctx_t *c, const hk_key_t *k) {
+  int before = c->errors;
+  double g = hk_mla_dim(c, c->theirs, k->key, true);
+  double w = hk_mla_dim(c, c->mine, k->key, false);
+  if (c->errors == before && g == g && g != w) hk_differ_num(c, k->key, g, w);
+}
+
 static bool hk_has_dense_layers(const cJSON *mine) {
   const cJSON *k = hk_get(mine, "first_k_dense_replace");
   const cJSON *l = hk_get(mine, "mlp_only_layers");
@@ -1621,6 +1641,12 @@ static void hk_compare(hk_ctx_t *c, const hk_key_t *k) {
   case HK_POS_INT:
     if (g && (!cJSON_IsNumber(g) || g->valuedouble < 1 || g->valuedouble != floor(g->valuedouble)))
       hk_error(c, k->key, "expected a positive integer, got %s", hk_type(g));
+    return;
+  case HK_MLA_DIM: hk_compare_mla_dim(c, k); return;
+  case HK_SPEED:
+    if (g && (!cJSON_IsNumber(g) || !(g->valuedouble >= 0 && g->valuedouble <= 1)))
+      hk_error(c, k->key, "expected a bias update speed in [0, 1], got %s",
+               cJSON_IsNumber(g) ? "a number outside" : hk_type(g));
     return;
   case HK_AUX:
     if (g && (!cJSON_IsNumber(g) || !(g->valuedouble >= 0 && g->valuedouble <= 10)))
