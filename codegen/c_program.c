@@ -730,7 +730,8 @@ static void emit_host_read(gen_t *g, const xm_ir_op_t *op) {
   } else if (strcmp(as, "norm_sq") == 0) {
     EMIT("float h_%d;", v->id);
     EMIT("xm_rt_read(x, &h_%d, %s, 4);", v->id, A(0));
-  } else if (strcmp(as, "loss") == 0 || strcmp(as, "ce_loss") == 0) {
+  } else if (strcmp(as, "loss") == 0 || strcmp(as, "ce_loss") == 0 ||
+             strcmp(as, "mtp_loss") == 0) {
     EMIT("xm_rt_read(x, &x->host_%s, %s, 4);", as, A(0));
   } else {
     gen_error(g, op, XM_ERR_INTERNAL, "%s reads \"%s\", which the host does not use", as);
@@ -1409,7 +1410,7 @@ static void emit_function(gen_t *g, const char *name, bool step) {
 /* ---- the tensor table -------------------------------------------------- */
 
 typedef struct {
-  int tokens, labels, loss, ce_loss, count;
+  int tokens, labels, loss, ce_loss, mtp_loss, count;
 } table_idx_t;
 
 static const char *init_name(const char *init) {
@@ -1560,6 +1561,11 @@ static void emit_table(gen_t *g, table_idx_t *t) {
     t->ce_loss = t->count++;
     emit_row(g, "ce_loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[ret->num_operands > 1 ? 1 : 0],
              "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded, false);
+    if (ret->num_operands > 2) {
+      t->mtp_loss = t->count++;
+      emit_row(g, "mtp_loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[2], "XM_RT_INIT_NONE", 0.0,
+               0, -1, k_unsharded, false);
+    }
   }
   xm_emit_dedent(&g->e);
   EMIT("};");
@@ -1623,6 +1629,9 @@ static void emit_program(gen_t *g, const table_idx_t *t, xm_mem_report_t *r) {
   EMIT(".num_tensors = %d, .tensors = k_tensors,", t->count);
   EMIT(".tokens = %d, .labels = %d, .loss = %d, .ce_loss = %d,", t->tokens, t->labels, t->loss,
        t->ce_loss);
+  if (t->mtp_loss >= 0)
+    EMIT(".has_mtp = 1, .mtp_loss = %d, .mtp_loss_weight = %s,", t->mtp_loss,
+         num(g, NULL, g->spec->training.mtp_loss_weight));
   EMIT(".micro = micro, .step = step,");
   xm_emit_dedent(&g->e);
   EMIT("};");
@@ -1696,7 +1705,8 @@ static xm_status_t program(const xm_ir_module_t *m, const xm_spec_t *spec,
   EMIT("#include \"runtime/driver/trace.h\"");
   EMIT("#include \"runtime/moe/rbd_exec.h\"");
   xm_emit_blank(&g->e);
-  table_idx_t t = {.tokens = -1, .labels = -1, .loss = -1, .ce_loss = -1, .count = 0};
+  table_idx_t t = {
+      .tokens = -1, .labels = -1, .loss = -1, .ce_loss = -1, .mtp_loss = -1, .count = 0};
   emit_table(g, &t);
   emit_text_const(g, "k_config_json", in->config_json);
   emit_text_const(g, "k_spec_json", in->spec_text);

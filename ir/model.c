@@ -580,10 +580,10 @@ static xm_ir_value_t *build_mtp(builder_t *b, xm_ir_value_t *x0, xm_ir_value_t *
   }
   b->S = S;
   b->T = b->B * S;
-  xm_ir_op_t *sc = OP(b, XM_OP_SCALE, scalar_f32(), LOC_MTP_WEIGHT, sum);
-  xm_ir_op_set_float(b->m, sc, "factor", spec->training.mtp_loss_weight / (double)D);
+  xm_ir_op_t *mean = OP(b, XM_OP_SCALE, scalar_f32(), LOC_MTP_WEIGHT, sum);
+  xm_ir_op_set_float(b->m, mean, "factor", 1.0 / (double)D);
   b->layer = -1;
-  return sc->results[0];
+  return mean->results[0];
 }
 
 /* Embedding, layers, final norm, LM head, losses, return. */
@@ -607,12 +607,21 @@ static void build_graph(builder_t *b) {
                                         F32(ms->vocab, b->H), LOC_VOCAB);
   xm_ir_value_t *logits = matmul(b, xn, head, LOC_VOCAB);
   xm_ir_value_t *ce = VAL(b, XM_OP_CROSS_ENTROPY, scalar_f32(), LOC_VOCAB, logits, labels);
+  /* The MTP modules' mean cross-entropy, returned third so that the
+   * driver logs it apart; the loss takes it times the weight. */
   xm_ir_value_t *mtp = ms->mtp_layers > 0 ? build_mtp(b, x0, xn, labels, head) : NULL;
   xm_ir_value_t *loss = ce;
-  if (mtp) loss = VAL(b, XM_OP_ADD, scalar_f32(), LOC_MTP_WEIGHT, loss, mtp);
+  if (mtp) {
+    xm_ir_op_t *w = OP(b, XM_OP_SCALE, scalar_f32(), LOC_MTP_WEIGHT, mtp);
+    xm_ir_op_set_float(b->m, w, "factor", b->spec->training.mtp_loss_weight);
+    loss = VAL(b, XM_OP_ADD, scalar_f32(), LOC_MTP_WEIGHT, loss, w->results[0]);
+  }
   for (int64_t i = 0; i < b->num_aux; i++)
     loss = VAL(b, XM_OP_ADD, scalar_f32(), LOC_AUX, loss, b->aux[i]);
-  emit(b, XM_OP_RETURN, 2, OPS(loss, ce), 0, NULL, LOC_VOCAB);
+  if (mtp)
+    emit(b, XM_OP_RETURN, 3, OPS(loss, ce, mtp), 0, NULL, LOC_VOCAB);
+  else
+    emit(b, XM_OP_RETURN, 2, OPS(loss, ce), 0, NULL, LOC_VOCAB);
 }
 
 static void set_module_attrs(xm_ir_module_t *m, const xm_spec_t *spec) {

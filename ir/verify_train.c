@@ -384,7 +384,7 @@ static void rule_accumulate(xm_ir_rule_ctx_t *c) {
 static void rule_zero(xm_ir_rule_ctx_t *c) { need_def(c, 0, XM_OP_STATE); }
 
 /* host_read: a scalar loss or norm, or a permute's row-count table. */
-static const char *const k_host_read_choices[] = {"loss", "ce_loss", "norm_sq", "rows", NULL};
+static const char *const k_host_read_choices[] = {"loss", "ce_loss", "mtp_loss", "norm_sq", "rows", NULL};
 
 static void rule_host_read(xm_ir_rule_ctx_t *c) {
   const char *as = xm_ir_op_get_string(c->op, "as", NULL);
@@ -392,7 +392,7 @@ static void rule_host_read(xm_ir_rule_ctx_t *c) {
   for (int i = 0; as && k_host_read_choices[i]; i++)
     known = known || strcmp(as, k_host_read_choices[i]) == 0;
   if (!known) {
-    xm_ir_rule_error(c, "attr as must be one of loss, ce_loss, norm_sq, rows");
+    xm_ir_rule_error(c, "attr as must be one of loss, ce_loss, mtp_loss, norm_sq, rows");
     return;
   }
   const xm_ir_type_t *t = in(c, 0);

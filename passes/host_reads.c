@@ -4,7 +4,7 @@
  * On a GPU the host can read a device value only by waiting for the stream
  * and copying it. The schedule needs few: the routed row count of each
  * permute (it sizes the kernels after it), the squared gradient norm (the
- * clip coefficient AdamW is given) and the two losses the training driver
+ * clip coefficient AdamW is given) and the losses the training driver
  * logs. This pass, after autodiff, inserts a host_read for each of them
  * (ir/ops.def), so the code generator knows every synchronisation point at
  * compile time and the host code reads nothing else from the arenas:
@@ -14,7 +14,9 @@
  *            value, whatever the number of adamw ops reading it);
  *   loss, ce_loss  at the end of the micro-batch (the return's operands 0
  *            and 1 when they are f32 scalars, the loss read again as
- *            ce_loss when it has no second).
+ *            ce_loss when it has no second);
+ *   mtp_loss the return's operand 2 when it is an f32 scalar (the MTP
+ *            modules' mean cross-entropy, ir/model.c).
  *
  * A module that already has host_reads is left as it is (the pass is
  * idempotent). The module records the count (attr host_reads).
@@ -98,6 +100,11 @@ static xm_status_t host_reads_run(xm_ir_module_t *m, const xm_pass_options_t *op
     read_at(m, loss, "loss", xm_ir_op_attr(ret, "phase") ? phase : NULL, at);
     read_at(m, ce, "ce_loss", xm_ir_op_attr(ret, "phase") ? phase : NULL, at + 1);
     count += 2;
+    if (ret->num_operands > 2 && is_scalar(ret->operands[2])) {
+      read_at(m, ret->operands[2], "mtp_loss", xm_ir_op_attr(ret, "phase") ? phase : NULL,
+              at + 2);
+      count++;
+    }
   }
   xm_ir_module_set_int(m, "host_reads", count);
   *out_changed = count > 0;

@@ -106,6 +106,10 @@ typedef struct {
   const xm_rt_tensor_t *tensors;
   int tokens, labels;         /* input tensors, i32[micro_batch, seq_len] */
   int loss, ce_loss;          /* f32[] outputs of micro: total and cross-entropy */
+  /* Programs with MTP modules (has_mtp 1): the f32[] output of their mean
+   * cross-entropy, and the weight the loss takes it with. */
+  int has_mtp, mtp_loss;
+  double mtp_loss_weight;
   /* schedule */
   void (*micro)(xm_rt_exec_t *x);
   void (*step)(xm_rt_exec_t *x);
@@ -141,9 +145,9 @@ struct xm_rt_exec {
   /* optimizer settings in force (program defaults or out/train flags) */
   float beta1, beta2, adam_eps, weight_decay, grad_clip;
   float grad_scale;           /* set by the step function: the clip coefficient */
-  /* Set by the micro function (its host_read ops): the total and the
-   * cross-entropy loss of the micro-batch, read from the device. */
-  float host_loss, host_ce_loss;
+  /* Set by the micro function (its host_read ops): the total, the
+   * cross-entropy and the MTP loss of the micro-batch, read from the device. */
+  float host_loss, host_ce_loss, host_mtp_loss; /* host_mtp_loss: programs with MTP */
   double grad_norm;           /* set by the step function: global norm before clipping */
   void *comm; /* xm_rt_comm_t * (runtime/comm/comm.h) of a multi-rank run, else NULL */
   void *rbd;  /* RBD routing records between forward and backward (runtime/moe/rbd_exec.h) */

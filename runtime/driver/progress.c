@@ -63,6 +63,10 @@ xm_status_t xm_rt_progress_open_log(xm_rt_progress_t *p, const char *path, int a
   return XM_OK;
 }
 
+double xm_rt_aux_loss(const xm_rt_step_report_t *r) {
+  return r->loss - r->ce_loss - (r->has_mtp ? r->mtp_weight * r->mtp_loss : 0.0);
+}
+
 static int write_log(FILE *log, const xm_rt_step_report_t *r) {
   xm_strbuf_t b;
   xm_strbuf_init(&b);
@@ -70,8 +74,12 @@ static int write_log(FILE *log, const xm_rt_step_report_t *r) {
   xm_rt_put_json_number(&b, r->loss);
   xm_strbuf_puts(&b, ",\"ce_loss\":");
   xm_rt_put_json_number(&b, r->ce_loss);
+  if (r->has_mtp) {
+    xm_strbuf_puts(&b, ",\"mtp_loss\":");
+    xm_rt_put_json_number(&b, r->mtp_loss);
+  }
   xm_strbuf_puts(&b, ",\"aux_loss\":");
-  xm_rt_put_json_number(&b, r->loss - r->ce_loss);
+  xm_rt_put_json_number(&b, xm_rt_aux_loss(r));
   xm_strbuf_puts(&b, ",\"lr\":");
   xm_rt_put_json_number(&b, r->lr);
   xm_strbuf_puts(&b, ",\"grad_norm\":");
@@ -99,12 +107,13 @@ int xm_rt_progress_step(xm_rt_progress_t *p, const xm_rt_step_report_t *r) {
   char elapsed[32], eta[32];
   xm_rt_format_duration(r->elapsed_s, elapsed, sizeof elapsed);
   xm_rt_format_duration(done > 0 ? r->elapsed_s / (double)done * (double)left : 0, eta, sizeof eta);
-  char line[256];
+  char line[256], mtp[32] = "";
+  if (r->has_mtp) snprintf(mtp, sizeof mtp, "  mtp %.4f", r->mtp_loss);
   snprintf(line, sizeof line,
-           "step %" PRId64 "/%" PRId64 "  loss %.4f  aux %.4f  lr %.3g  %.0f tok/s  "
+           "step %" PRId64 "/%" PRId64 "  loss %.4f%s  aux %.4f  lr %.3g  %.0f tok/s  "
            "elapsed %s  eta %s",
-           r->step, p->last_step, r->loss, r->loss - r->ce_loss, r->lr, r->tokens_per_s, elapsed,
-           eta);
+           r->step, p->last_step, r->loss, mtp, xm_rt_aux_loss(r), r->lr, r->tokens_per_s,
+           elapsed, eta);
   if (p->live) {
     fprintf(p->out, "\r%-100s", line);
     p->dirty = 1;

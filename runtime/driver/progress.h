@@ -21,12 +21,19 @@
 typedef struct {
   int64_t step;
   double loss, ce_loss, lr, grad_norm;
+  /* Programs with MTP (has_mtp): the modules' mean cross-entropy and the
+   * weight the loss takes it with; aux_loss is what remains of the loss. */
+  int has_mtp;
+  double mtp_loss, mtp_weight;
   int64_t tokens;      /* trained so far, resumed steps included */
   double tokens_per_s; /* over this run */
   double elapsed_s;    /* since this run's first step began */
   const char *traffic; /* the step's "traffic":{...} member (docs/traffic.md), or NULL;
                           borrowed */
 } xm_rt_step_report_t;
+
+/* loss - ce_loss, less the weighted MTP loss when there is one. */
+double xm_rt_aux_loss(const xm_rt_step_report_t *r);
 
 typedef struct {
   int print;     /* progress lines at all (rank 0, not --quiet/never) */

@@ -84,7 +84,7 @@ typedef struct {
   xm_rt_rng_t rng;    /* run stream, saved in checkpoints */
   int64_t step;       /* optimizer steps completed */
   int64_t data_pos;   /* next training window (before wrapping) */
-  double last_loss, last_ce;
+  double last_loss, last_ce, last_mtp;
   int64_t last_saved; /* step of the last checkpoint written, or -1 */
   char *last_ckpt;    /* its directory; owned */
   double elapsed, tokens_per_s;
@@ -190,8 +190,9 @@ static xm_status_t check_program(const xm_rt_program_t *p, const char *prog, FIL
   else if (!tensor_ok(p, p->tokens, XM_RT_I32, in_bytes) ||
            !tensor_ok(p, p->labels, XM_RT_I32, in_bytes))
     why = "tokens/labels are not i32[micro_batch, seq_len] tensors";
-  else if (!tensor_ok(p, p->loss, XM_RT_F32, 4) || !tensor_ok(p, p->ce_loss, XM_RT_F32, 4))
-    why = "loss/ce_loss are not f32 tensors";
+  else if (!tensor_ok(p, p->loss, XM_RT_F32, 4) || !tensor_ok(p, p->ce_loss, XM_RT_F32, 4) ||
+           (p->has_mtp && !tensor_ok(p, p->mtp_loss, XM_RT_F32, 4)))
+    why = "loss/ce_loss/mtp_loss are not f32 tensors";
   for (int i = 0; !why && i < p->num_tensors; i++) {
     const xm_rt_tensor_t *t = &p->tensors[i];
     int64_t arena = t->persistent ? p->persistent_bytes : p->activation_bytes;
@@ -673,6 +674,7 @@ static xm_status_t load_checkpoint(trainer_t *t) {
   t->step = ts.step;
   t->data_pos = ts.data_pos;
   t->last_loss = t->last_ce = ts.last_loss;
+  t->last_mtp = NAN;
   if (ts.rng[0] | ts.rng[1] | ts.rng[2] | ts.rng[3]) memcpy(t->rng.s, ts.rng, sizeof ts.rng);
   return XM_OK;
 }
@@ -864,11 +866,12 @@ static void print_eval(const trainer_t *t) {
  * data_pos (a global position): DP group d takes micro-batches
  * d * grad_accum .. (d + 1) * grad_accum - 1 of them, its TP ranks alike.
  * With dp 1 this is the 1-rank order. Returns the mean losses of this rank. */
-static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double *ce) {
+static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double *ce,
+                       double *mtp) {
   const xm_rt_program_t *p = t->p;
   t->x.lr = (float)lr;
   t->x.step = s;
-  double sum = 0.0, sum_ce = 0.0;
+  double sum = 0.0, sum_ce = 0.0, sum_mtp = 0.0;
   int64_t mine = t->data_pos + (int64_t)t->dp_index * p->grad_accum * p->micro_batch;
   for (int64_t m = 0; m < p->grad_accum; m++) {
     beat(t, s, m);
@@ -879,10 +882,12 @@ static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double 
     t->x.last_micro = 0;
     sum += t->x.host_loss; /* read by the micro function's host_read ops */
     sum_ce += t->x.host_ce_loss;
+    sum_mtp += t->x.host_mtp_loss; /* 0 without MTP */
   }
   t->data_pos += p->micro_batch * p->grad_accum * t->dp;
   *loss = sum / (double)p->grad_accum;
   *ce = sum_ce / (double)p->grad_accum;
+  *mtp = sum_mtp / (double)p->grad_accum;
   if (xm_rt_fault(&t->x, "nan")) *loss = NAN; /* tests: runtime/comm/fail.c */
   if (!isfinite(*loss))
     xm_rt_abort(&t->ctx, 1,
@@ -1022,22 +1027,26 @@ static xm_status_t train_loop(trainer_t *t) {
   }
   double t0 = xm_rt_now();
   for (int64_t s = first; s <= t->o.steps && st == XM_OK; s++) {
-    double lr = xm_rt_train_lr(&t->o, s), v[2];
+    double lr = xm_rt_train_lr(&t->o, s), v[3];
     xm_rt_comm_traffic_reset(t->comm);
     int traced = t->trace && s >= t->o.trace_first && s <= t->o.trace_last;
     t->x.trace = traced ? t->trace : NULL;
-    train_step(t, s, lr, &v[0], &v[1]);
+    train_step(t, s, lr, &v[0], &v[1], &v[2]);
     t->x.trace = NULL;
-    reduce_mean(t, v, 2);
+    reduce_mean(t, v, 3);
     st = report_traffic(t, s, matrix);
     t->step = s;
     t->last_loss = v[0];
     t->last_ce = v[1];
+    t->last_mtp = v[2];
     t->elapsed = xm_rt_now() - t0;
     t->tokens_per_s = t->elapsed > 0 ? (double)((s - first + 1) * per_step) / t->elapsed : 0.0;
     xm_rt_step_report_t r = {.step = s,
                              .loss = v[0],
                              .ce_loss = v[1],
+                             .has_mtp = p->has_mtp,
+                             .mtp_loss = v[2],
+                             .mtp_weight = p->mtp_loss_weight,
                              .lr = lr,
                              .grad_norm = t->x.grad_norm,
                              .tokens = s * per_step,
@@ -1097,6 +1106,11 @@ static void write_summary(const trainer_t *t, int64_t first) {
   int64_t steps = t->step - first + 1;
   if (steps < 0) steps = 0;
   int64_t tokens = steps * t->p->grad_accum * t->p->micro_batch * t->p->seq_len * t->dp;
+  const xm_rt_step_report_t last = {.loss = t->last_loss,
+                                    .ce_loss = t->last_ce,
+                                    .has_mtp = t->p->has_mtp,
+                                    .mtp_loss = t->last_mtp,
+                                    .mtp_weight = t->p->mtp_loss_weight};
   if (t->o.json) {
     xm_strbuf_t b;
     xm_strbuf_init(&b);
@@ -1107,8 +1121,12 @@ static void write_summary(const trainer_t *t, int64_t first) {
     xm_rt_put_json_number(&b, t->last_loss);
     xm_strbuf_puts(&b, ",\"final_ce_loss\":");
     xm_rt_put_json_number(&b, t->last_ce);
+    if (last.has_mtp) {
+      xm_strbuf_puts(&b, ",\"final_mtp_loss\":");
+      xm_rt_put_json_number(&b, t->last_mtp);
+    }
     xm_strbuf_puts(&b, ",\"final_aux_loss\":");
-    xm_rt_put_json_number(&b, t->last_loss - t->last_ce);
+    xm_rt_put_json_number(&b, xm_rt_aux_loss(&last));
     xm_strbuf_printf(&b, ",\"tokens\":%" PRId64 ",\"tokens_per_s\":", tokens);
     xm_rt_put_json_number(&b, t->tokens_per_s);
     xm_strbuf_puts(&b, ",\"elapsed_s\":");
@@ -1131,11 +1149,14 @@ static void write_summary(const trainer_t *t, int64_t first) {
     xm_rt_format_duration(t->elapsed, el, sizeof el);
     if (steps == 0)
       printf("trained no step (at step %" PRId64 ")", t->step);
-    else
-      printf("trained %" PRId64 " step%s (to step %" PRId64 "): final loss %.6f (ce %.6f, aux "
+    else {
+      char mtp[40] = "";
+      if (last.has_mtp) snprintf(mtp, sizeof mtp, ", mtp %.6f", t->last_mtp);
+      printf("trained %" PRId64 " step%s (to step %" PRId64 "): final loss %.6f (ce %.6f%s, aux "
              "%.6f), %.0f tokens/s, %s elapsed",
-             steps, steps == 1 ? "" : "s", t->step, t->last_loss, t->last_ce,
-             t->last_loss - t->last_ce, t->tokens_per_s, el);
+             steps, steps == 1 ? "" : "s", t->step, t->last_loss, t->last_ce, mtp,
+             xm_rt_aux_loss(&last), t->tokens_per_s, el);
+    }
     if (t->eval_batches) printf(", eval loss %.6f", t->eval_loss);
     if (t->last_ckpt) printf(", checkpoint %s", t->last_ckpt);
     printf("\n");
@@ -1341,7 +1362,7 @@ int xm_rt_train_main(int argc, char **argv, const xm_rt_program_t *program) {
   const char *slash = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
   t.prog = slash ? slash + 1 : (argv && argv[0] ? argv[0] : "train");
   t.last_saved = -1;
-  t.last_loss = t.last_ce = NAN; /* no step yet: the summary's losses are null */
+  t.last_loss = t.last_ce = t.last_mtp = NAN; /* no step yet: the summary's losses are null */
   xm_diag_init(&t.warnings);
   /* What is wrong with the input is the same on every rank as a rule: the
    * messages are kept, and once MPI runs, only the lowest rank that failed

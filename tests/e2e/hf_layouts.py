@@ -556,7 +556,7 @@ def cmd_loss(root, data, archs):
         n = 0
         with torch.no_grad():
             for t, lab in R.batches(tokens, windows, SEQ, MICRO):
-                a, b = R.forward(rc, p, t, lab, mtp)
+                a, b, _ = R.forward(rc, p, t, lab, mtp)
                 loss, ce, n = loss + float(a), ce + float(b), n + 1
         out[name] = {"loss": loss / n, "ce": ce / n}
     R.moe = plain_moe

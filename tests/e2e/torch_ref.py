@@ -346,10 +346,11 @@ def ce_loss(logits, labels):
 
 
 def forward(cfg, p, tokens, labels, mtp=(0, 0.0)):
-    """(loss, ce) of one micro-batch; mtp = (D, lambda): DeepSeek-V3's multi-token
+    """(loss, ce, mtp) of one micro-batch; mtp = (D, lambda): DeepSeek-V3's multi-token
     prediction, module k predicting token i+k+1 at position i from
     eh_proj([enorm(emb(t_{i+k})), hnorm(h_{k-1}[i])]) through decoder layer L+k-1, then
-    shared_head.norm and the main head; loss += lambda/D * sum_k CE_k."""
+    shared_head.norm and the main head; loss += lambda/D * sum_k CE_k. The third
+    value is the modules' mean cross-entropy (None without them)."""
     eps = cfg["rms_norm_eps"]
     L = cfg["num_hidden_layers"]
     emb = p["model.embed_tokens.weight"][tokens]
@@ -360,7 +361,7 @@ def forward(cfg, p, tokens, labels, mtp=(0, 0.0)):
     xn = rmsnorm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else p["lm_head.weight"]
     ce = ce_loss(xn @ head.T, labels)
-    loss = ce
+    loss, mean = ce, None
     D, lam = mtp
     if D > 0:
         S = tokens.shape[1]
@@ -373,8 +374,9 @@ def forward(cfg, p, tokens, labels, mtp=(0, 0.0)):
             y, aux_total = layer(cfg, p, L + k - 1, y, aux_total)
             h = rmsnorm(y, p[pre + "shared_head.norm.weight"], eps)
             total = total + ce_loss(h @ head.T, labels[:, k:])
-        loss = loss + total * (lam / D)
-    return loss + aux_total, ce
+        mean = total / D
+        loss = loss + mean * lam
+    return loss + aux_total, ce, mean
 
 
 def batches(tokens, windows, seq, micro):
@@ -408,15 +410,16 @@ def main():
     windows = [int(w) for w in a.windows.split(",")]
     trainable = {n: t.clone().requires_grad_(not n.endswith("e_score_correction_bias")) for n, t in params.items()}
     micro_batches = list(batches(tokens, windows, a.seq, a.micro))
-    total_loss, total_ce = 0.0, 0.0
+    total_loss, total_ce, total_mtp = 0.0, 0.0, 0.0
     for t, l in micro_batches:
-        loss, ce = forward(cfg, trainable, t, l, mtp)
+        loss, ce, mean = forward(cfg, trainable, t, l, mtp)
+        total_mtp += float(mean) / len(micro_batches) if mean is not None else 0.0
         if a.mode == "step":
             (loss / len(micro_batches)).backward()
         total_loss += float(loss) / len(micro_batches)
         total_ce += float(ce) / len(micro_batches)
     if a.mode == "loss":
-        print(json.dumps({"loss": total_loss, "ce": total_ce}))
+        print(json.dumps({"loss": total_loss, "ce": total_ce, "mtp": total_mtp if mtp[0] else None}))
         return 0
     st = json.load(open(os.path.join(a.ckpt, "trainer_state.json")))
     s = st.get("settings", st)
@@ -440,7 +443,7 @@ def main():
                 d = load.double().mean() - load.double()
                 trainable[name] += (gamma * torch.sign(d)).float()
     write_safetensors(a.out, trainable)
-    print(json.dumps({"loss": total_loss, "ce": total_ce,
+    print(json.dumps({"loss": total_loss, "ce": total_ce, "mtp": total_mtp if mtp[0] else None,
                       "grad_norm": float(norm) if norm is not None else None}))
     return 0
 

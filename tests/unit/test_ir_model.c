@@ -788,7 +788,9 @@ static void test_mtp_graph(void **state) {
       assert_int_equal(op->results[0]->type.dims[1], S - (layer - L + 1));
       attn++;
     } else if (op->code == XM_OP_SCALE) {
-      assert_true(fabs(xm_ir_op_get_float(op, "factor", 0) - 0.2) < 1e-15);
+      /* the mean over the 2 modules, then the weight */
+      double f = xm_ir_op_get_float(op, "factor", 0);
+      assert_true(fabs(f - (scales == 0 ? 0.5 : 0.4)) < 1e-15);
       assert_string_equal(op->loc, "/training/mtp_loss_weight");
       scales++;
     } else if (op->code == XM_OP_CROSS_ENTROPY && layer >= L) {
@@ -799,7 +801,13 @@ static void test_mtp_graph(void **state) {
   }
   assert_int_equal(label_cuts, 2);
   assert_int_equal(attn, 2);
-  assert_int_equal(scales, 1);
+  assert_int_equal(scales, 2);
+  /* return(loss, ce, mean MTP cross-entropy): the third is the first scale's */
+  const xm_ir_op_t *ret = xm_ir_module_op(m, xm_ir_module_num_ops(m) - 1);
+  assert_int_equal(ret->code, XM_OP_RETURN);
+  assert_int_equal(ret->num_operands, 3);
+  assert_int_equal(ret->operands[2]->def->code, XM_OP_SCALE);
+  assert_true(fabs(xm_ir_op_get_float(ret->operands[2]->def, "factor", 0) - 0.5) < 1e-15);
   xm_ir_module_destroy(m);
 }
 
