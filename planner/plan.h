@@ -33,9 +33,9 @@ typedef struct {
                      (then cands[0] is the one with the smallest shortfall) */
   xm_policy_t policy;
   int64_t world;  /* nodes * ranks_per_node */
-  bool trainable; /* false: this version cannot train the model whatever
-                     the layout (the shared-expert gate); the plan is a
-                     prediction */
+  bool trainable; /* false: the compiler cannot build the model whatever the
+                     layout (xm_spec_trainable; no such model today); the plan
+                     is then a prediction */
 } xm_plan_result_t;
 
 /* The micro-batches the search tries for data-parallel degree dp: the

@@ -391,8 +391,7 @@ static void print_header(const xm_spec_t *s) {
   printf("model: %s parameters, seq %" PRId64 ", global batch %" PRId64 " sequences\n", params,
          s->training.seq_len, s->training.global_batch);
   if (!xm_spec_trainable(s))
-    printf("note: this version cannot train the shared-expert gate yet; the plan is a "
-           "prediction\n");
+    printf("note: this version cannot train this model; the plan is a prediction\n");
 }
 
 static void print_chosen(const plan_ctx_t *x, const xm_plan_candidate_t *c, bool fits) {
