@@ -17,3 +17,14 @@ const char *xm_attn_kind_name(xm_attn_kind_t a) {
   }
   return "?";
 }
+
+const char *xm_topology_name(xm_topology_t t) {
+  switch (t) {
+  case XM_TOPO_FAT_TREE: return "fat-tree";
+  case XM_TOPO_DRAGONFLY: return "dragonfly";
+  case XM_TOPO_TORUS: return "torus";
+  case XM_TOPO_FAT_TREE_OVERSUB: return "fat-tree-oversubscribed";
+  case XM_TOPO_REGIONAL_OCS: return "regional-ocs";
+  }
+  return "?";
+}

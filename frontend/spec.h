@@ -208,5 +208,7 @@ static inline bool xm_spec_trainable(const xm_spec_t *s) {
 const char *xm_activation_name(xm_activation_t a);
 const char *xm_scoring_name(xm_scoring_t s);
 const char *xm_attn_kind_name(xm_attn_kind_t a);
+/* The cluster file's name of a topology ("fat-tree", ..., "regional-ocs"). */
+const char *xm_topology_name(xm_topology_t t);
 
 #endif /* XM_FRONTEND_SPEC_H */

@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "frontend/count.h"
+#include "frontend/hf_arch.h"
 #include "frontend/spec.h"
 #include "support/diag.h"
 #include "support/status.h"
@@ -137,6 +138,13 @@ static void print_summary(const xm_spec_t *s, const xm_count_t *c, int64_t dense
   const xm_model_spec_t *m = &s->model;
   const xm_moe_spec_t *e = &s->moe;
   printf("model: %s (model_type %s)\n", s->name, s->model_type);
+  char why[512];
+  xm_hf_arch_t arch = xm_hf_arch_match(s, why, sizeof why);
+  if (arch == XM_HF_ARCH_XMOEC)
+    printf("checkpoints: model_type xmoec (no Hugging Face architecture: %s)\n", why);
+  else
+    printf("checkpoints: Hugging Face %s (%s)\n", xm_hf_arch_model_type(arch),
+           xm_hf_arch_class(arch));
   printf("layers: %" PRId64 " (%" PRId64 " dense, %" PRId64 " MoE), hidden %" PRId64
          ", vocab %" PRId64 ", embeddings %s\n",
          c->num_layers, dense, moe, m->hidden, m->vocab, m->tied_embeddings ? "tied" : "untied");
@@ -195,12 +203,11 @@ static void print_layer_table(const xm_count_t *c, bool has_dense, bool has_moe)
 }
 
 static void print_cluster(const xm_cluster_spec_t *cl) {
-  static const char *topo[] = {"fat-tree", "dragonfly", "torus"};
   printf("cluster: %s, %" PRId64 " node%s x %" PRId64 " ranks = %" PRId64
          " ranks, %.1f GiB and %.1f TFLOP/s per rank, %s\n",
          cl->name[0] ? cl->name : "(unnamed)", cl->nodes, cl->nodes == 1 ? "" : "s",
          cl->ranks_per_node, cl->nodes * cl->ranks_per_node, cl->device_memory_gib, cl->peak_tflops,
-         topo[cl->topology]);
+         xm_topology_name(cl->topology));
 }
 
 static void print_text(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len,
@@ -286,6 +293,7 @@ static cJSON *json_cluster(const xm_cluster_spec_t *cl) {
   cJSON_AddNumberToObject(o, "world", (double)(cl->nodes * cl->ranks_per_node));
   cJSON_AddNumberToObject(o, "device_memory_gib", cl->device_memory_gib);
   cJSON_AddNumberToObject(o, "peak_tflops", cl->peak_tflops);
+  cJSON_AddStringToObject(o, "topology", xm_topology_name(cl->topology));
   return o;
 }
 
@@ -313,6 +321,12 @@ static int print_json(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len) 
   cJSON_AddNumberToObject(mtp, "params_active", (double)c->mtp_active);
   cJSON_AddNumberToObject(mtp, "flops_per_token_fwd", c->mtp_flops_per_token_fwd);
   cJSON_AddBoolToObject(root, "trainable", xm_spec_trainable(s));
+  char why[512];
+  xm_hf_arch_t arch = xm_hf_arch_match(s, why, sizeof why);
+  cJSON *ck = cJSON_AddObjectToObject(root, "checkpoint");
+  cJSON_AddStringToObject(ck, "model_type", xm_hf_arch_model_type(arch));
+  cJSON_AddStringToObject(ck, "architecture", xm_hf_arch_class(arch));
+  if (arch == XM_HF_ARCH_XMOEC) cJSON_AddStringToObject(ck, "why", why);
   cJSON *tr = cJSON_AddObjectToObject(root, "training");
   cJSON_AddNumberToObject(tr, "seq_len", (double)s->training.seq_len);
   cJSON_AddNumberToObject(tr, "micro_batch", (double)s->training.micro_batch);
