@@ -33,6 +33,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/count.h"
@@ -93,6 +94,7 @@ void xm_cost_cluster(const xm_cluster_spec_t *c, xm_net_t *net, double *device_b
  * the number of groups that share each. */
 typedef struct {
   int64_t stride, size, groups;
+  int64_t inner_step, inner_n, outer_step, outer_n; /* as made: every group's first rank */
   int nres;
   int64_t res[MAX_RESIDUES];
   double mult[MAX_RESIDUES];
@@ -104,6 +106,10 @@ static void family_make(const xm_net_t *net, int64_t stride, int64_t size, int64
   f->stride = size > 1 ? stride : 1;
   f->size = size;
   f->groups = inner_n * outer_n;
+  f->inner_step = inner_step;
+  f->inner_n = inner_n;
+  f->outer_step = outer_step;
+  f->outer_n = outer_n;
   int64_t R = net->ranks_per_node > 0 ? net->ranks_per_node : INT64_MAX / 4;
   if (size <= 1 || f->stride >= R) { /* every placement is the same */
     f->nres = 1;
@@ -209,7 +215,53 @@ typedef struct {
   /* The groups of each kind, by the table's kinds (frontend/layout.h);
    * only dp, tp, ep and edp are made, the others stay empty. */
   family_t fam[XM_GROUP_COUNT];
+  xm_cost_colls_t *rec; /* xm_cost_collectives: every collective call is recorded here */
 } cx_t;
+
+/* Records one collective (`calls` per micro-batch when per_micro, else per
+ * step) when the evaluation records them. */
+static void record(const cx_t *c, xm_cost_comm_t cat, const char *phase, const family_t *f,
+                   bool a2a, xm_net_coll_t kind, double bytes, double intra, double inter,
+                   double calls, bool per_micro, double seconds) {
+  xm_cost_colls_t *r = c->rec;
+  if (!r || f->size < 2 || !(calls > 0)) return;
+  if (r->n == r->cap) {
+    int64_t cap = r->cap ? 2 * r->cap : 32;
+    xm_cost_coll_t *v = realloc(r->v, (size_t)cap * sizeof *v);
+    if (!v) {
+      r->oom = true;
+      return;
+    }
+    r->v = v;
+    r->cap = cap;
+  }
+  r->v[r->n++] = (xm_cost_coll_t){.category = cat,
+                                  .phase = phase,
+                                  .all_to_all = a2a,
+                                  .kind = kind,
+                                  .stride = f->stride,
+                                  .size = f->size,
+                                  .inner_step = f->inner_step,
+                                  .inner_n = f->inner_n,
+                                  .outer_step = f->outer_step,
+                                  .outer_n = f->outer_n,
+                                  .bytes = bytes,
+                                  .intra = intra,
+                                  .inter = inter,
+                                  .calls = calls * (per_micro ? (double)c->G : 1.0),
+                                  .seconds = seconds};
+}
+
+static void record_ring(const cx_t *c, xm_cost_comm_t cat, const char *phase, const family_t *f,
+                        xm_net_coll_t kind, double bytes, coll_t cl, double calls,
+                        bool per_micro) {
+  if (bytes > 0) record(c, cat, phase, f, false, kind, bytes, 0, 0, calls, per_micro, cl.seconds);
+}
+
+void xm_cost_colls_free(xm_cost_colls_t *r) {
+  free(r->v);
+  memset(r, 0, sizeof *r);
+}
 
 static void err(xm_diag_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void err(xm_diag_t *d, const char *fmt, ...) {
@@ -822,6 +874,9 @@ static void dispatch_comm(const cx_t *c, const xm_cost_routing_t *rt, bool recom
                                      .seconds
                                : a.seconds;
     cm->t_dispatch += times * secs;
+    /* Movements 0 and 2 follow the dispatch path, 1 and 3 the combine's. */
+    record(c, XM_COST_COMM_DISPATCH, i % 2 == 0 ? "dispatch" : "combine", f, true,
+           XM_NET_ALL_REDUCE, 0, intra_rows * mv[i], inter_rows * mv[i], times, true, secs);
   }
 }
 
@@ -849,6 +904,8 @@ static void tp_comm(const cx_t *c, bool recompute_fwd, comm_t *cm) {
     coll_t mla = ring_family(c->net, f, XM_NET_ALL_REDUCE, T * width * ab);
     add_coll(&cm->ar_intra, &cm->ar_inter, mla, (double)c->L);
     cm->t_tp += (double)c->L * mla.seconds;
+    record_ring(c, XM_COST_COMM_TP, "all_reduce", f, XM_NET_ALL_REDUCE, T * width * ab, mla,
+                (double)c->L, true);
   }
   /* Full recompute runs the forward all-reduces again. xmoec's pass
    * rebuilds only what the backward reads: the attention output (h = x +
@@ -859,6 +916,8 @@ static void tp_comm(const cx_t *c, bool recompute_fwd, comm_t *cm) {
   double again = recompute_fwd ? (xm ? (double)c->L : blocks) : 0;
   add_coll(&cm->ar_intra, &cm->ar_inter, ar, blocks + again + bwd_blocks);
   cm->t_tp += (blocks + again + bwd_blocks) * ar.seconds;
+  record_ring(c, XM_COST_COMM_TP, "all_reduce", f, XM_NET_ALL_REDUCE, T * H * ab, ar,
+              blocks + again + bwd_blocks, true);
   if (c->Lmoe == 0) return;
   double n = (double)c->Lmoe;
   if (c->ssmb) {
@@ -870,6 +929,10 @@ static void tp_comm(const cx_t *c, bool recompute_fwd, comm_t *cm) {
     add_coll(&cm->ag_intra, &cm->ag_inter, g_rows, n * (fwd_rows + 1));
     add_coll(&cm->ag_intra, &cm->ag_inter, g_w, n);
     cm->t_tp += n * ((fwd_rows + 1) * g_rows.seconds + g_w.seconds);
+    record_ring(c, XM_COST_COMM_TP, "all_gather", f, XM_NET_ALL_GATHER, c->Tm * H * ab, g_rows,
+                n * (fwd_rows + 1), true);
+    record_ring(c, XM_COST_COMM_TP, "all_gather", f, XM_NET_ALL_GATHER, c->Tm * k * 4, g_w, n,
+                true);
   }
   if (c->ted) {
     /* Expert tensor parallelism: received rows gathered over TP before the
@@ -883,6 +946,12 @@ static void tp_comm(const cx_t *c, bool recompute_fwd, comm_t *cm) {
     add_coll(&cm->rs_intra, &cm->rs_inter, r, n * (fwd_times + 1));
     add_coll(&cm->ag_intra, &cm->ag_inter, x, n * (fwd_times + 1));
     cm->t_tp += n * (fwd_times + 1) * (g.seconds + r.seconds + x.seconds);
+    record_ring(c, XM_COST_COMM_TP, "all_gather", f, XM_NET_ALL_GATHER, rows * H * ab, g,
+                n * (fwd_times + 1), true);
+    record_ring(c, XM_COST_COMM_TP, "reduce_scatter", f, XM_NET_REDUCE_SCATTER, rows * H * ab, r,
+                n * (fwd_times + 1), true);
+    record_ring(c, XM_COST_COMM_TP, "all_gather", f, XM_NET_ALL_GATHER, c->Tm * H * ab, x,
+                n * (fwd_times + 1), true);
   }
 }
 
@@ -924,6 +993,8 @@ static void step_comm(const cx_t *c, const table_t *tb, comm_t *cm) {
         coll_t cl = ring_family(c->net, &c->fam[gs[j]], XM_NET_ALL_REDUCE, 4);
         add_coll(&cm->ar_intra, &cm->ar_inter, cl, 1);
         cm->t_reduce += cl.seconds;
+        record_ring(c, XM_COST_COMM_REDUCE, "all_reduce", &c->fam[gs[j]], XM_NET_ALL_REDUCE, 4, cl,
+                    1, false);
       }
     }
   /* Aux-free load counters: int32 [E] per MoE layer over dp (and tp
@@ -935,18 +1006,29 @@ static void step_comm(const cx_t *c, const table_t *tb, comm_t *cm) {
       coll_t cl = ring_family(c->net, &c->fam[lg[j]], XM_NET_ALL_REDUCE, (double)c->E * 4);
       add_coll(&cm->ar_intra, &cm->ar_inter, cl, (double)c->Lmoe);
       cm->t_reduce += (double)c->Lmoe * cl.seconds;
+      record_ring(c, XM_COST_COMM_REDUCE, "all_reduce", &c->fam[lg[j]], XM_NET_ALL_REDUCE,
+                  (double)c->E * 4, cl, (double)c->Lmoe, false);
     }
   }
   /* Time: each group's gradients in one bucketed ring. */
   for (int g = 0; g < XM_GROUP_COUNT; g++) {
-    if (ar_bytes[g] > 0)
-      cm->t_reduce += ring_family(c->net, &c->fam[g], XM_NET_ALL_REDUCE, ar_bytes[g]).seconds;
+    const family_t *f = &c->fam[g];
+    if (ar_bytes[g] > 0) {
+      coll_t cl = ring_family(c->net, f, XM_NET_ALL_REDUCE, ar_bytes[g]);
+      cm->t_reduce += cl.seconds;
+      record_ring(c, XM_COST_COMM_REDUCE, "all_reduce", f, XM_NET_ALL_REDUCE, ar_bytes[g], cl, 1,
+                  false);
+    }
     if (rs_bytes[g] > 0) {
-      cm->t_reduce +=
-          ring_family(c->net, &c->fam[g], XM_NET_ZERO_REDUCE_SCATTER, rs_bytes[g]).seconds;
-      cm->t_gather +=
-          ring_family(c->net, &c->fam[g], XM_NET_ZERO_ALL_GATHER, rs_bytes[g] / c->gb * c->wb)
-              .seconds;
+      double ag_bytes = rs_bytes[g] / c->gb * c->wb;
+      coll_t rs = ring_family(c->net, f, XM_NET_ZERO_REDUCE_SCATTER, rs_bytes[g]);
+      coll_t ag = ring_family(c->net, f, XM_NET_ZERO_ALL_GATHER, ag_bytes);
+      cm->t_reduce += rs.seconds;
+      cm->t_gather += ag.seconds;
+      record_ring(c, XM_COST_COMM_REDUCE, "reduce_scatter", f, XM_NET_ZERO_REDUCE_SCATTER,
+                  rs_bytes[g], rs, 1, false);
+      record_ring(c, XM_COST_COMM_GATHER, "all_gather", f, XM_NET_ZERO_ALL_GATHER, ag_bytes, ag, 1,
+                  false);
     }
   }
 }
@@ -957,6 +1039,14 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
                              double peak_flops, double gemm_efficiency,
                              const xm_cost_point_t *point, const xm_cost_routing_t *routing,
                              xm_diag_t *diag, xm_cost_t *out) {
+  return xm_cost_collectives(spec, net, device_bytes, peak_flops, gemm_efficiency, point, routing,
+                             diag, out, NULL);
+}
+
+xm_status_t xm_cost_collectives(const xm_spec_t *spec, const xm_net_t *net, double device_bytes,
+                                double peak_flops, double gemm_efficiency,
+                                const xm_cost_point_t *point, const xm_cost_routing_t *routing,
+                                xm_diag_t *diag, xm_cost_t *out, xm_cost_colls_t *colls) {
   XM_ASSERT(spec && net && point && out);
   memset(out, 0, sizeof *out);
   if (!(peak_flops > 0) || !(gemm_efficiency > 0) || !(net->intra_bw > 0) || !(net->inter_bw > 0) ||
@@ -967,6 +1057,7 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
   }
   cx_t c;
   XM_RETURN_IF_ERROR(setup(&c, spec, net, point, routing, diag));
+  c.rec = colls;
 
   /* Memory. */
   table_t tb;
@@ -1023,6 +1114,7 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
    * backward; the ZeRO-1 gathers follow the optimizer and are exposed. */
   double hidden = cm.t_reduce < t_bwd_micro ? cm.t_reduce : t_bwd_micro;
   out->t_dp = cm.t_reduce - hidden + cm.t_gather;
+  out->t_overlap_window = t_bwd_micro;
 
   /* Optimizer: memory bound; reads p, g, m, v (+ master), writes p, m, v (+ master). */
   double hbm = peak_flops / MACHINE_BALANCE;
@@ -1045,5 +1137,9 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
   out->bytes_all_gather_inter = cm.ag_inter;
   out->bytes_reduce_scatter_intra = cm.rs_intra;
   out->bytes_reduce_scatter_inter = cm.rs_inter;
+  if (colls && colls->oom) {
+    xm_cost_colls_free(colls);
+    return XM_ERR_NO_MEMORY;
+  }
   return XM_OK;
 }

@@ -93,6 +93,9 @@ typedef struct {
   double t_dp;        /* gradient reduction, ZeRO-1 gathers */
   double t_optimizer; /* the optimizer step (memory bound) */
   double t_step;
+  /* The last micro-batch's backward: the gradient reduction hides behind
+   * it up to this long (t_dp holds what is left of it, and the gathers). */
+  double t_overlap_window;
   /* throughput */
   int64_t grad_accum; /* micro-steps per optimizer step */
   double tokens_per_step;
@@ -114,6 +117,46 @@ xm_status_t xm_cost_evaluate(const xm_spec_t *spec, const xm_net_t *net, double 
                              double peak_flops, double gemm_efficiency,
                              const xm_cost_point_t *point, const xm_cost_routing_t *routing,
                              xm_diag_t *diag, xm_cost_t *out);
+
+/* Every collective of one optimizer step as the cost model counts it, for
+ * the network layer (fabric/) to time on a topology. */
+typedef enum {
+  XM_COST_COMM_DISPATCH, /* t_dispatch: the expert all-to-alls */
+  XM_COST_COMM_TP,       /* t_tp: tensor-parallel and SSMB / TED collectives */
+  XM_COST_COMM_REDUCE,   /* t_dp: gradient reduction (hidden up to t_overlap_window) */
+  XM_COST_COMM_GATHER,   /* t_dp: ZeRO-1 parameter gathers (exposed) */
+  XM_COST_COMM_COUNT_
+} xm_cost_comm_t;
+
+typedef struct {
+  xm_cost_comm_t category;
+  const char *phase; /* the docs/traffic.md phase its bytes count in */
+  bool all_to_all;   /* else a ring collective of `kind` */
+  xm_net_coll_t kind;
+  /* The groups it runs on, all at once: group (i, j) has the first rank
+   * i * inner_step + j * outer_step (i < inner_n, j < outer_n) and `size`
+   * members `stride` apart. */
+  int64_t stride, size, inner_step, inner_n, outer_step, outer_n;
+  double bytes;        /* ring: the bytes xm_net_ring takes */
+  double intra, inter; /* all-to-all: per member, to peers of its node / of other nodes, evenly */
+  double calls;        /* per optimizer step */
+  double seconds;      /* the cost model's time of one call */
+} xm_cost_coll_t;
+
+typedef struct {
+  xm_cost_coll_t *v;
+  int64_t n, cap;
+  bool oom;
+} xm_cost_colls_t;
+
+/* xm_cost_evaluate, and the collectives appended to `colls` (zeroed by the
+ * caller; xm_cost_colls_free). Their calls x seconds add up to t_dispatch
+ * and t_tp, and to t_dp before the overlap with the backward. */
+xm_status_t xm_cost_collectives(const xm_spec_t *spec, const xm_net_t *net, double device_bytes,
+                                double peak_flops, double gemm_efficiency,
+                                const xm_cost_point_t *point, const xm_cost_routing_t *routing,
+                                xm_diag_t *diag, xm_cost_t *out, xm_cost_colls_t *colls);
+void xm_cost_colls_free(xm_cost_colls_t *colls);
 
 /* Expected distinct nodes a token's k experts land on when they are k
  * distinct experts chosen uniformly from E spread evenly over `nodes`:

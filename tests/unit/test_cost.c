@@ -432,6 +432,71 @@ static void test_samples_all_policies(void **state) {
   }
 }
 
+/* The collectives xm_cost_collectives lists add up to the step's
+ * communication times, category by category, and describe groups that tile
+ * the world. */
+static void test_collectives_add_up(void **state) {
+  (void)state;
+  xm_net_t n;
+  frontier(&n);
+  const char *specs[] = {"samples/xmoe-small.json", "samples/hf/deepseek-v3.json"};
+  /* dp tp ep ssmb rbd zero policy recompute */
+  const struct {
+    int64_t dp, tp, ep;
+    bool ssmb, rbd;
+    int zero;
+    xm_policy_t pol;
+    xm_recompute_t rc;
+  } pts[] = {
+      {1024, 1, 64, 0, 0, 0, XM_POLICY_XMOEC, XM_RECOMPUTE_NONE},
+      {512, 2, 64, 1, 1, 1, XM_POLICY_XMOEC, XM_RECOMPUTE_FULL},
+      {256, 4, 32, 1, 0, 1, XM_POLICY_XMOEC, XM_RECOMPUTE_MOE},
+      {512, 2, 32, 0, 0, 1, XM_POLICY_DEEPSPEED_TED, XM_RECOMPUTE_NONE},
+      {1024, 1, 64, 0, 0, 0, XM_POLICY_DEEPSPEED_MOE, XM_RECOMPUTE_NONE},
+  };
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    xm_spec_t s;
+    load_sample(specs[i], &s);
+    s.training.global_batch = 1024;
+    for (size_t j = 0; j < sizeof pts / sizeof pts[0]; j++) {
+      xm_cost_point_t pt = point(pts[j].dp, pts[j].tp, pts[j].ep, pts[j].ssmb, pts[j].rbd,
+                                 pts[j].zero, 8, 1, pts[j].pol, pts[j].rc);
+      xm_cost_t plain = eval(&s, &n, &pt, NULL), c;
+      xm_cost_colls_t colls;
+      memset(&colls, 0, sizeof colls);
+      xm_diag_t d;
+      xm_diag_init(&d);
+      assert_int_equal(xm_cost_collectives(&s, &n, 64.0 * (1 << 30), 100e12, 0.5, &pt, NULL, &d,
+                                           &c, &colls),
+                       XM_OK);
+      xm_diag_free(&d);
+      assert_true(c.t_step == plain.t_step); /* recording changes nothing */
+      double sum[XM_COST_COMM_COUNT_] = {0};
+      int64_t world = 1024;
+      for (int64_t k = 0; k < colls.n; k++) {
+        const xm_cost_coll_t *x = &colls.v[k];
+        sum[x->category] += x->calls * x->seconds;
+        /* the groups tile the world: as many members as ranks, all inside it */
+        assert_int_equal(x->inner_n * x->outer_n * x->size, world);
+        int64_t last = (x->inner_n - 1) * x->inner_step + (x->outer_n - 1) * x->outer_step +
+                       (x->size - 1) * x->stride;
+        assert_true(last < world);
+        assert_true(x->all_to_all ? x->intra + x->inter > 0 : x->bytes > 0);
+        assert_true(x->phase && x->phase[0]);
+      }
+      double tol = 1e-9 * (c.t_step + 1e-12);
+      assert_true(fabs(sum[XM_COST_COMM_DISPATCH] - c.t_dispatch) <= tol);
+      assert_true(fabs(sum[XM_COST_COMM_TP] - c.t_tp) <= tol);
+      double reduce = sum[XM_COST_COMM_REDUCE];
+      double exposed = reduce > c.t_overlap_window ? reduce - c.t_overlap_window : 0;
+      assert_true(fabs(exposed + sum[XM_COST_COMM_GATHER] - c.t_dp) <= tol);
+      assert_true(c.t_dispatch > 0);
+      if (pts[j].tp > 1) assert_true(c.t_tp > 0);
+      xm_cost_colls_free(&colls);
+    }
+  }
+}
+
 /* ---- validation against compiled programs ------------------------------------------ */
 
 typedef struct {
@@ -681,6 +746,7 @@ int main(void) {
       cmocka_unit_test(test_given_routing),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_samples_all_policies),
+      cmocka_unit_test(test_collectives_add_up),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
