@@ -142,16 +142,36 @@ typedef struct {
   double seconds, intra, inter;
 } coll_t;
 
-static coll_t ring_family(const xm_net_t *net, const family_t *f, xm_net_coll_t kind,
-                          double bytes) {
+static xm_net_family_t net_family(const family_t *f) {
+  return (xm_net_family_t){.stride = f->stride,
+                           .size = f->size,
+                           .inner_step = f->inner_step,
+                           .inner_n = f->inner_n,
+                           .outer_step = f->outer_step,
+                           .outer_n = f->outer_n};
+}
+
+/* Bytes from the residues (exact, as the runtime counts them); no time. */
+static coll_t ring_bytes(const xm_net_t *net, const family_t *f, xm_net_coll_t kind,
+                         double bytes) {
   coll_t out = {0, 0, 0};
   if (f->size < 2 || !(bytes > 0)) return out;
   for (int i = 0; i < f->nres; i++) {
     xm_net_cost_t c = xm_net_ring(net, kind, family_group(f, i), bytes);
     out.intra += f->mult[i] * c.intra_bytes;
     out.inter += f->mult[i] * c.inter_bytes;
-    if (c.seconds > out.seconds) out.seconds = c.seconds;
   }
+  return out;
+}
+
+/* The bytes, and the time of the whole family on pooled node NICs, the
+ * network layer's fat-tree closed form (planner/network.h). */
+static coll_t ring_family(const xm_net_t *net, const family_t *f, xm_net_coll_t kind,
+                          double bytes) {
+  coll_t out = ring_bytes(net, f, kind, bytes);
+  if (f->size < 2 || !(bytes > 0)) return out;
+  xm_net_family_t nf = net_family(f);
+  out.seconds = xm_net_ring_family_seconds(net, kind, &nf, bytes);
   return out;
 }
 
@@ -172,8 +192,9 @@ static coll_t a2a_family(const xm_net_t *net, const family_t *f, double intra, d
     xm_net_cost_t c = xm_net_all_to_all(net, family_group(f, i), intra, inter);
     out.intra += f->mult[i] * c.intra_bytes;
     out.inter += f->mult[i] * c.inter_bytes;
-    if (c.seconds > out.seconds) out.seconds = c.seconds;
   }
+  xm_net_family_t nf = net_family(f);
+  out.seconds = xm_net_a2a_family_seconds(net, &nf, intra, inter);
   return out;
 }
 
@@ -968,14 +989,14 @@ static void step_comm(const cx_t *c, const table_t *tb, comm_t *cm) {
     double bytes = t->numel * c->gb;
     for (int r = 0; r < 2; r++) {
       if (t->reduce[r] < 0) continue;
-      coll_t cl = ring_family(c->net, &c->fam[t->reduce[r]], XM_NET_ALL_REDUCE, bytes);
+      coll_t cl = ring_bytes(c->net, &c->fam[t->reduce[r]], XM_NET_ALL_REDUCE, bytes);
       add_coll(&cm->ar_intra, &cm->ar_inter, cl, t->count);
       ar_bytes[t->reduce[r]] += t->count * bytes;
     }
     if (t->zero >= 0) {
       const family_t *f = &c->fam[t->zero];
-      coll_t rs = ring_family(c->net, f, XM_NET_ZERO_REDUCE_SCATTER, bytes);
-      coll_t ag = ring_family(c->net, f, XM_NET_ZERO_ALL_GATHER, t->numel * c->wb);
+      coll_t rs = ring_bytes(c->net, f, XM_NET_ZERO_REDUCE_SCATTER, bytes);
+      coll_t ag = ring_bytes(c->net, f, XM_NET_ZERO_ALL_GATHER, t->numel * c->wb);
       add_coll(&cm->rs_intra, &cm->rs_inter, rs, t->count);
       add_coll(&cm->ag_intra, &cm->ag_inter, ag, t->count);
       rs_bytes[t->zero] += t->count * bytes;

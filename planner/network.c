@@ -30,6 +30,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 void xm_net_from_cluster(const xm_cluster_spec_t *c, xm_net_t *out) {
   out->nodes = c->nodes > 0 ? c->nodes : 1;
@@ -272,4 +273,127 @@ double xm_net_group_same_node_pairs(const xm_net_t *n, xm_net_group_t g) {
     start = end;
   }
   return pairs;
+}
+
+/* ---- families on pooled NICs (the fabric's fat-tree closed form) ------------ */
+
+static xm_net_group_t family_member_group(const xm_net_family_t *f, int64_t i, int64_t j) {
+  return (xm_net_group_t){
+      .first = i * f->inner_step + j * f->outer_step, .stride = f->stride, .size = f->size};
+}
+
+/* Per byte of the buffer: the busiest rank's bytes to or from peers of its
+ * node, the busiest node's to or from other nodes, every member sending
+ * the mean bytes of the kind, in two exact halves (one to each
+ * neighbour; all to the one peer of a group of 2). */
+typedef struct {
+  double intra, inter; /* per byte of the buffer */
+  bool crosses;
+} ring_loads_t;
+
+static ring_loads_t ring_loads(const xm_net_t *n, xm_net_coll_t kind, const xm_net_family_t *f) {
+  ring_loads_t L = {0, 0, false};
+  int64_t P = f->size, nodes = n->nodes > 0 ? n->nodes : 1;
+  double b = kind == XM_NET_ALL_REDUCE ? 2.0 * (double)(P - 1) / (double)P
+             : kind == XM_NET_ALL_GATHER || kind == XM_NET_REDUCE_SCATTER
+                 ? (double)(P - 1)
+                 : (double)(P - 1) / (double)P;
+  double half = P == 2 ? b : b / 2, other = P == 2 ? 0 : b / 2;
+  double *out = calloc((size_t)(2 * nodes), sizeof *out);
+  if (!out) {
+    L.intra = L.inter = INFINITY;
+    return L;
+  }
+  double *in = out + nodes;
+  for (int64_t j = 0; j < f->outer_n; j++)
+    for (int64_t i = 0; i < f->inner_n; i++) {
+      xm_net_group_t g = family_member_group(f, i, j);
+      for (int64_t m = 0; m < P; m++) {
+        int64_t me = g.first + m * g.stride;
+        int64_t x = node_of(n, me);
+        int64_t xs = node_of(n, g.first + ((m + 1) % P) * g.stride);
+        int64_t xp = node_of(n, g.first + ((m + P - 1) % P) * g.stride);
+        if (x >= nodes || xs >= nodes || xp >= nodes) continue;
+        /* m sends `half` to its successor and `other` to its predecessor,
+         * and receives as much from each side. */
+        double intra = 0;
+        if (xs == x)
+          intra += half;
+        else
+          out[x] += half, in[x] += half, L.crosses = true;
+        if (P > 2) {
+          if (xp == x)
+            intra += other;
+          else
+            out[x] += other, in[x] += other, L.crosses = true;
+        }
+        if (intra > L.intra) L.intra = intra;
+      }
+    }
+  for (int64_t x = 0; x < nodes; x++) {
+    if (out[x] > L.inter) L.inter = out[x];
+    if (in[x] > L.inter) L.inter = in[x];
+  }
+  free(out);
+  return L;
+}
+
+/* The loads depend on the family's shape and the nodes, not on the bytes:
+ * kept per shape (the planner costs thousands of points of few shapes). */
+typedef struct {
+  bool valid;
+  xm_net_coll_t kind;
+  xm_net_family_t f;
+  int64_t R, nodes;
+  ring_loads_t loads;
+} ring_shape_t;
+
+#define RING_SHAPES 64
+static _Thread_local ring_shape_t g_shapes[RING_SHAPES];
+static _Thread_local int g_next_shape;
+
+static bool same_shape(const ring_shape_t *e, xm_net_coll_t kind, const xm_net_family_t *f,
+                       int64_t R, int64_t nodes) {
+  return e->valid && e->kind == kind && e->R == R && e->nodes == nodes &&
+         e->f.stride == f->stride && e->f.size == f->size && e->f.inner_step == f->inner_step &&
+         e->f.inner_n == f->inner_n && e->f.outer_step == f->outer_step &&
+         e->f.outer_n == f->outer_n;
+}
+
+double xm_net_ring_family_seconds(const xm_net_t *n, xm_net_coll_t kind, const xm_net_family_t *f,
+                                  double bytes) {
+  if (f->size < 2 || !(bytes > 0) || !isfinite(bytes)) return 0;
+  int64_t R = node_size(n), nodes = n->nodes > 0 ? n->nodes : 1;
+  ring_loads_t L;
+  int k = 0;
+  while (k < RING_SHAPES && !same_shape(&g_shapes[k], kind, f, R, nodes))
+    k++;
+  if (k < RING_SHAPES) {
+    L = g_shapes[k].loads;
+  } else {
+    L = ring_loads(n, kind, f);
+    g_shapes[g_next_shape] =
+        (ring_shape_t){.valid = true, .kind = kind, .f = *f, .R = R, .nodes = nodes, .loads = L};
+    g_next_shape = (g_next_shape + 1) % RING_SHAPES;
+  }
+  double intra_s = L.intra * bytes / n->intra_bw;
+  double inter_s = L.inter * bytes / ((double)R * n->inter_bw);
+  double lat = L.crosses ? n->inter_lat : n->intra_lat;
+  return (intra_s > inter_s ? intra_s : inter_s) + (double)ring_steps(kind, f->size) * lat;
+}
+
+double xm_net_a2a_family_seconds(const xm_net_t *n, const xm_net_family_t *f, double intra,
+                                 double inter) {
+  if (f->size < 2) return 0;
+  if (!(intra > 0)) intra = 0;
+  if (!(inter > 0)) inter = 0;
+  /* Every rank is in one group and sends `inter` off its node: a node
+   * sends R x inter over R x inter_bw, and receives as much. */
+  bool crosses = false;
+  for (int64_t j = 0; j < f->outer_n && !crosses; j++)
+    for (int64_t i = 0; i < f->inner_n && !crosses; i++)
+      crosses = xm_net_group_nodes(n, family_member_group(f, i, j)) > 1;
+  double intra_s = intra / n->intra_bw, inter_s = inter / n->inter_bw;
+  double lat = crosses ? n->inter_lat : n->intra_lat;
+  return (intra_s > inter_s ? intra_s : inter_s) + (double)(f->size - 1) * lat;
 }

@@ -2,9 +2,11 @@
  * topology (nodes of ranks; one link class inside a node, one between
  * nodes) and the time and bytes of each collective on it.
  *
- * Kept apart from the rest of the cost model on purpose: a later topology
- * simulator (mFabric-style regions, per-link contention) replaces what is
- * behind these functions, and the planner keeps calling them. The byte
+ * Time is the network layer's closed form for a non-blocking fat-tree
+ * (fabric/analytic.h): the family functions below, which the cost model
+ * uses, give what `xmoec fabric` gives on that topology; other topologies
+ * (oversubscription, dragonfly, regional optical circuits) are timed by
+ * fabric/ from the cost model's list of collectives. The byte
  * model of each collective is the one the runtime counts
  * (docs/traffic.md: ring all-reduce / all-gather / reduce-scatter in group
  * order, direct all-to-all), so predicted bytes on the wire can be
@@ -66,6 +68,36 @@ void xm_net_ring_member(const xm_net_t *n, xm_net_coll_t kind, xm_net_group_t g,
  * to the members on its node and `inter` bytes in total to members on
  * other nodes (an even spread over those peers). */
 xm_net_cost_t xm_net_all_to_all(const xm_net_t *n, xm_net_group_t g, double intra, double inter);
+
+/* Every group of one kind at once: group (i, j) has the first rank
+ * i * inner_step + j * outer_step (i < inner_n, j < outer_n) and `size`
+ * members `stride` apart; the groups tile the world. */
+typedef struct {
+  int64_t stride, size, inner_step, inner_n, outer_step, outer_n;
+} xm_net_family_t;
+
+/* The time of a collective that every group of family f runs at once, on
+ * nodes that pool their NICs (ranks_per_node * inter_bw each way) behind a
+ * non-blocking fabric: the busiest rank's bytes to and from peers of its
+ * node over intra_bw, or the busiest node's bytes to and from other nodes
+ * over its NICs, whichever is longer (different links carry them), plus
+ * one latency per round (inter_lat when some group crosses nodes). This is
+ * the non-blocking fat-tree's closed form of the network layer
+ * (fabric/analytic.h), so that the planner and `xmoec fabric` give the
+ * same time; tests/unit/test_plan_fabric.c holds them equal.
+ *
+ * Ring: every member sending the kind's mean bytes (2 (P-1)/P of the
+ * buffer for an all-reduce, ...), half to each neighbour; the loads are
+ * found member by member, O(ranks), once per family shape (a small cache
+ * per thread), and scale with the bytes. The network layer counts the
+ * runtime's exact chunks, so the two differ by a few bytes per member
+ * (below 1e-6 of any buffer a plan reduces). All-to-all: every member
+ * sends `intra` bytes spread evenly over the peers of its node and `inter`
+ * over the others, P - 1 rounds. */
+double xm_net_ring_family_seconds(const xm_net_t *n, xm_net_coll_t kind, const xm_net_family_t *f,
+                                  double bytes);
+double xm_net_a2a_family_seconds(const xm_net_t *n, const xm_net_family_t *f, double intra,
+                                 double inter);
 
 /* Members of g on the node of member 0, and the nodes g touches. */
 int64_t xm_net_group_members_per_node(const xm_net_t *n, xm_net_group_t g);

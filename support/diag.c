@@ -62,6 +62,11 @@ int xm_diag_find(const xm_diag_t *d, const char *place) {
   return -1;
 }
 
+void xm_diag_name_file(xm_diag_t *d, int from, const char *file) {
+  for (int i = from < 0 ? 0 : from; file && i < d->count; i++)
+    if (!d->entries[i].file) d->entries[i].file = dup_or_null(file);
+}
+
 void xm_diag_print(const xm_diag_t *d, FILE *out) {
   static const char *names[] = {"error", "warning", "note"};
   for (int i = 0; i < d->count; i++) {

@@ -45,6 +45,10 @@ static inline int xm_diag_error_count(const xm_diag_t *d) { return d->errors; }
 /* Index of the first entry whose place equals `place`, or -1. For tests. */
 int xm_diag_find(const xm_diag_t *d, const char *place);
 
+/* Gives the entries from index `from` on that name no file `file` (for
+ * checks that know the place in a document but not the document). */
+void xm_diag_name_file(xm_diag_t *d, int from, const char *file);
+
 /* Prints every entry, one per line. */
 void xm_diag_print(const xm_diag_t *d, FILE *out);
 

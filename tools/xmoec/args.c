@@ -31,6 +31,17 @@ bool xm_arg_int(const char *s, int64_t min, int64_t max, int64_t *out) {
 }
 
 int xm_args_check(const char *cmd, int argc, char **argv, const xm_flag_t *flags) {
+  return xm_args_check_repeat(cmd, argc, argv, flags, NULL);
+}
+
+static bool is_repeatable(const char *name, const char *const *repeatable) {
+  for (int i = 0; repeatable && repeatable[i]; i++)
+    if (strcmp(repeatable[i], name) == 0) return true;
+  return false;
+}
+
+int xm_args_check_repeat(const char *cmd, int argc, char **argv, const xm_flag_t *flags,
+                         const char *const *repeatable) {
   int n = 0;
   while (flags[n].name)
     n++;
@@ -63,7 +74,7 @@ int xm_args_check(const char *cmd, int argc, char **argv, const xm_flag_t *flags
         fprintf(stderr, "xmoec %s: error: unknown option '%s' (xmoec help %s lists them)\n", cmd,
                 arg, cmd);
       rc = 2;
-    } else if (seen[k]++) {
+    } else if (seen[k]++ && !is_repeatable(flags[k].name, repeatable)) {
       fprintf(stderr, "xmoec %s: error: %s given more than once\n", cmd, flags[k].name);
       rc = 2;
     } else if (!flags[k].takes_value && eq) {

@@ -28,6 +28,10 @@ typedef struct {
  * always known. Returns 0, or 2 after one message
  * "xmoec CMD: error: ..." on stderr. */
 int xm_args_check(const char *cmd, int argc, char **argv, const xm_flag_t *flags);
+/* The same, except that the flags named in `repeatable` (NULL-terminated)
+ * may be given more than once ("--topology a --topology b"). */
+int xm_args_check_repeat(const char *cmd, int argc, char **argv, const xm_flag_t *flags,
+                         const char *const *repeatable);
 
 /* A whole decimal integer in [min, max]: "2x", "", " 2" and overflow are
  * not. */

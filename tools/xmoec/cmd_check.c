@@ -23,6 +23,7 @@
 #include "support/status.h"
 #include "tools/xmoec/args.h"
 #include "tools/xmoec/commands.h"
+#include "tools/xmoec/json_out.h"
 
 /* Sequence length used for the attention FLOPs when the spec has none (a
  * Hugging Face config carries no training section). */
@@ -332,15 +333,7 @@ static int print_json(const xm_spec_t *s, const xm_count_t *c, int64_t seq_len) 
   cJSON_AddNumberToObject(tr, "micro_batch", (double)s->training.micro_batch);
   cJSON_AddNumberToObject(tr, "global_batch", (double)s->training.global_batch);
   if (s->cluster.present) cJSON_AddItemToObject(root, "cluster", json_cluster(&s->cluster));
-  char *text = cJSON_Print(root);
-  cJSON_Delete(root);
-  if (!text) {
-    fprintf(stderr, "xmoec check: out of memory printing JSON\n");
-    return 1;
-  }
-  printf("%s\n", text);
-  cJSON_free(text);
-  return 0;
+  return xm_print_json("check", root);
 }
 
 /* ---- entry ---------------------------------------------------------------- */

@@ -43,9 +43,12 @@
 #include "frontend/spec.h"
 #include "planner/plan.h"
 #include "planner/routing.h"
+#include "fabric/topology.h"
+#include "planner/simulate.h"
 #include "support/diag.h"
 #include "support/status.h"
 #include "tools/xmoec/commands.h"
+#include "tools/xmoec/json_out.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define PLAN_DEFAULT_TOP 5
@@ -60,8 +63,9 @@ typedef struct {
   int64_t top;
   int64_t global_batch; /* 0: the spec's */
   const char *routing_path;
-  int64_t routing_nodes; /* 0: not given */
+  int64_t routing_nodes;  /* 0: not given */
   int64_t dispatch_bound; /* 0: searched (xmoec compile's --dispatch-bound) */
+  bool simulate;          /* --simulate: the chosen plan on the cluster's topology */
 } plan_args_t;
 
 /* What the output functions need besides a candidate: the spec planned,
@@ -77,6 +81,7 @@ static void plan_usage(FILE *out) {
           "usage: xmoec plan MODEL.json [--cluster FILE] [--json] [--top N]\n"
           "                  [--policy P|all] [--max-model] [--global-batch N]\n"
           "                  [--routing FILE [--routing-nodes N]] [--dispatch-bound B]\n"
+          "                  [--simulate]\n"
           "\n"
           "Searches every legal (dp, tp, ep, ssmb, rbd, zero, recompute, micro_batch)\n"
           "for the cluster's ranks, rejects what does not fit (and says why), ranks\n"
@@ -90,6 +95,8 @@ static void plan_usage(FILE *out) {
           "  --policy P          xmoec (default), x-moe, deepspeed-moe, tutel,\n"
           "                      deepspeed-ted: what that system can express; all:\n"
           "                      every policy side by side\n"
+          "  --simulate          time the chosen plan on the cluster's topology with the\n"
+          "                      flow-level network simulation (docs/fabric.md)\n"
           "  --max-model         the largest member of the model family each policy\n"
           "                      can train on the cluster (every policy unless\n"
           "                      --policy names one)\n"
@@ -107,8 +114,6 @@ static void plan_usage(FILE *out) {
 
 /* ---- arguments -------------------------------------------------------------- */
 
-
-
 /* Returns 0 to go on, else the exit code (after a message). */
 static const xm_flag_t k_plan_flags[] = {
     {"--json", false},
@@ -120,6 +125,7 @@ static const xm_flag_t k_plan_flags[] = {
     {"--routing-nodes", true},
     {"--routing", true},
     {"--policy", true},
+    {"--simulate", false},
     {NULL, false}};
 
 static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
@@ -138,6 +144,8 @@ static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
       a->json = true;
     } else if (strcmp(arg, "--max-model") == 0) {
       a->max_model = true;
+    } else if (strcmp(arg, "--simulate") == 0) {
+      a->simulate = true;
     } else if ((v = xm_arg_value(argc, argv, &i, "--cluster", &missing))) {
       if (!v[0]) {
         fprintf(stderr, "xmoec plan: error: --cluster needs a file\n");
@@ -216,6 +224,11 @@ static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
     return 2;
   }
   if (a->max_model && !a->policy_given) a->all_policies = true;
+  if (a->simulate && (a->max_model || a->all_policies)) {
+    fprintf(stderr, "xmoec plan: error: --simulate times one chosen plan: not with --max-model or "
+                    "--policy all\n");
+    return 2;
+  }
   return 0;
 }
 
@@ -692,17 +705,6 @@ static void json_plan(cJSON *o, const plan_ctx_t *x, const xm_plan_result_t *r, 
   free(rs);
 }
 
-static int emit_json(cJSON *root) {
-  char *text = cJSON_Print(root);
-  cJSON_Delete(root);
-  if (!text) {
-    fprintf(stderr, "xmoec plan: error: out of memory printing JSON\n");
-    return 1;
-  }
-  printf("%s\n", text);
-  cJSON_free(text);
-  return 0;
-}
 
 /* ---- entry ---------------------------------------------------------------- */
 
@@ -737,6 +739,57 @@ static xm_status_t load(const plan_args_t *a, xm_diag_t *diag, xm_spec_t *spec,
     }
   }
   return st;
+}
+
+/* --simulate: the chosen point on the cluster's own topology, flow-level. */
+static xm_status_t simulate_chosen(const xm_spec_t *spec, const char *cluster_path, bool file,
+                                   const xm_cost_point_t *pt, const xm_cost_routing_t *rt,
+                                   xm_fab_kind_t *kind, xm_sim_result_t *out, xm_diag_t *diag) {
+  static const struct {
+    xm_topology_t topo;
+    xm_fab_kind_t kind;
+  } k_map[] = {{XM_TOPO_FAT_TREE, XM_FAB_FAT_TREE},
+               {XM_TOPO_FAT_TREE_OVERSUB, XM_FAB_FAT_TREE_OVERSUB},
+               {XM_TOPO_DRAGONFLY, XM_FAB_DRAGONFLY},
+               {XM_TOPO_REGIONAL_OCS, XM_FAB_REGIONAL_OCS}};
+  bool found = false;
+  for (size_t i = 0; i < sizeof k_map / sizeof k_map[0]; i++)
+    if (k_map[i].topo == spec->cluster.topology) *kind = k_map[i].kind, found = true;
+  if (!found) {
+    xm_diag_add(diag, XM_DIAG_ERROR, cluster_path, file ? "/topology" : "/cluster/topology",
+                "--simulate: the network layer does not model a %s (fat-tree, "
+                "fat-tree-oversubscribed, dragonfly and regional-ocs it does)",
+                xm_topology_name(spec->cluster.topology));
+    return XM_ERR_UNSUPPORTED;
+  }
+  xm_fab_topo_t t;
+  int from = diag->count;
+  xm_status_t st = xm_fab_topo_from_cluster(&spec->cluster, *kind, 0, &t, diag);
+  xm_diag_name_file(diag, from, cluster_path);
+  if (st != XM_OK) return st;
+  return xm_plan_simulate(spec, pt, rt, NULL, &t, XM_SIM_SIMGRID, diag, out);
+}
+
+static void print_simulated(xm_fab_kind_t kind, const xm_sim_result_t *r) {
+  printf("\nsimulated (flow-level, %s): step %.4g s = compute %.4g + communication %.4g "
+         "(dispatch %.4g, tp %.4g, dp %.4g); the cost model says %.4g s\n",
+         xm_fab_kind_name(kind), r->iteration_s, r->compute_s, r->comm_s, r->dispatch_s, r->tp_s,
+         r->reduce_exposed_s + r->gather_s + r->reconfig_s, r->model_step_s);
+}
+
+static cJSON *json_simulated(xm_fab_kind_t kind, const xm_sim_result_t *r) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "topology", xm_fab_kind_name(kind));
+  cJSON_AddStringToObject(o, "engine", "simgrid");
+  cJSON_AddNumberToObject(o, "iteration_s", r->iteration_s);
+  cJSON_AddNumberToObject(o, "compute_s", r->compute_s);
+  cJSON_AddNumberToObject(o, "comm_s", r->comm_s);
+  cJSON_AddNumberToObject(o, "dispatch_s", r->dispatch_s);
+  cJSON_AddNumberToObject(o, "tp_s", r->tp_s);
+  cJSON_AddNumberToObject(o, "dp_s", r->reduce_exposed_s + r->gather_s);
+  cJSON_AddNumberToObject(o, "reconfig_s", r->reconfig_s);
+  cJSON_AddNumberToObject(o, "cost_model_step_s", r->model_step_s);
+  return o;
 }
 
 static int run_searches(const plan_args_t *a, const xm_spec_t *spec, const xm_routing_t *routing,
@@ -775,7 +828,7 @@ static int run_searches(const plan_args_t *a, const xm_spec_t *spec, const xm_ro
       cJSON_AddItemToObject(o, "best", json_candidate(&mctx, &ms[i].best));
       cJSON_AddItemToArray(arr, o);
     }
-    return emit_json(root);
+    return xm_print_json("plan", root);
   }
   xm_plan_result_t rs[XM_POLICY_COUNT];
   memset(rs, 0, sizeof rs);
@@ -788,11 +841,23 @@ static int run_searches(const plan_args_t *a, const xm_spec_t *spec, const xm_ro
     xm_status_t st = xm_plan_search_with(spec, &po, diag, &rs[i]);
     if (st != XM_OK) rc = xm_status_exit_code(st);
   }
+  xm_sim_result_t sim;
+  xm_fab_kind_t sim_kind = XM_FAB_FAT_TREE;
+  bool simulated = false;
+  if (!rc && a->simulate && rs[0].chosen >= 0) {
+    const char *where = a->cluster_path ? a->cluster_path : a->spec_path;
+    xm_status_t st =
+        simulate_chosen(spec, where, a->cluster_path != NULL, &rs[0].cands[rs[0].chosen].point,
+                        routing ? &cost_rt : NULL, &sim_kind, &sim, diag);
+    if (st != XM_OK) rc = xm_status_exit_code(st);
+    simulated = st == XM_OK;
+  }
   if (!rc && !a->json) {
     if (a->all_policies)
       print_text_policies(&ctx, rs, n);
     else
       print_text_one(&ctx, &rs[0], a->top);
+    if (simulated) print_simulated(sim_kind, &sim);
   } else if (!rc) {
     cJSON *root = cJSON_CreateObject();
     json_header(root, spec);
@@ -807,7 +872,8 @@ static int run_searches(const plan_args_t *a, const xm_spec_t *spec, const xm_ro
     } else {
       json_plan(root, &ctx, &rs[0], a->top);
     }
-    rc = emit_json(root);
+    if (simulated) cJSON_AddItemToObject(root, "simulated", json_simulated(sim_kind, &sim));
+    rc = xm_print_json("plan", root);
   }
   for (int i = 0; i < n; i++)
     xm_plan_result_free(&rs[i]);

@@ -18,6 +18,7 @@ static const command_t k_commands[] = {
     {"ir", xm_cmd_ir, "build the forward graph of a model; print it as IR or MLIR"},
     {"opt", xm_cmd_opt, "run a pass pipeline over IR or MLIR text"},
     {"plan", xm_cmd_plan, "choose the parallel layout of a model on a cluster; compare systems"},
+    {"fabric", xm_cmd_fabric, "time and price a model's training step on network topologies"},
     {"compile", xm_cmd_compile, "compile a model into a training program (OUT/train)"},
     {"inspect", xm_cmd_inspect, "read a compiled program: schedule, memory, collectives, traces"},
 };
