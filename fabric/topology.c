@@ -210,6 +210,20 @@ static clos_t clos(double E, int64_t k) {
   return c;
 }
 
+/* The tiers above the leaves of a folded Clos whose leaves send U uplink
+ * ports up: Clos(U) less its own bottom tier, which the leaves are (one
+ * spine tier of ceil(U / k) switches when one switch's k ports reach). */
+static clos_t clos_above_leaves(double U, int64_t k) {
+  clos_t c = clos(U, k);
+  if (U <= 0) return c;
+  double half = (double)(k / 2);
+  if (U <= (double)k) return (clos_t){.switches = ceil(U / (double)k), .ports = U, .links = 0};
+  c.switches -= ceil(U / half);
+  c.ports -= 2 * U;
+  c.links -= U;
+  return c;
+}
+
 static void add_optical(xm_fab_bom_t *b, double links) {
   b->transceivers += 2 * links;
   b->fibres += links;
@@ -234,7 +248,7 @@ void xm_fab_bom(const xm_fab_topo_t *t, xm_fab_bom_t *out) {
     int64_t spl = xm_fab_leaf_servers(t);
     double leaves = ceil(N / (double)spl);
     double up = leaves > 1 ? ceil((double)spl * p / t->oversubscription) : 0;
-    clos_t spine = clos(leaves * up, k);
+    clos_t spine = clos_above_leaves(leaves * up, k);
     out->switches = leaves + spine.switches;
     out->switch_ports = N * p + leaves * up + spine.ports;
     out->copper_cables = N * p;

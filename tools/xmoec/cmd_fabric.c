@@ -49,7 +49,8 @@ typedef struct {
   int coll; /* COLL_NONE, COLL_A2A or an xm_fab_coll_t */
   double bytes;
   bool json, help;
-  bool synth; /* a routing statistic was given: synthetic expert traffic */
+  int64_t global_batch; /* 0: the spec's */
+  bool synth;           /* a routing statistic was given: synthetic expert traffic */
   xm_sim_routing_t routing;
 } fabric_args_t;
 
@@ -58,7 +59,8 @@ static void usage(FILE *out) {
           "usage: xmoec fabric --model MODEL --cluster FILE [--topology T]... [--link-gbps G]\n"
           "                    [--engine simgrid|analytic] [--prices FILE] [--traffic FILE]\n"
           "                    [--zipf A] [--locality L] [--source-affinity S]\n"
-          "                    [--affinity-experts N] [--scattered] [--seed N] [--json]\n"
+          "                    [--affinity-experts N] [--scattered] [--seed N]\n"
+          "                    [--global-batch N] [--json]\n"
           "       xmoec fabric --collective KIND --bytes B --cluster FILE --topology T\n"
           "                    [--link-gbps G] [--engine simgrid|analytic] [--json]\n"
           "\n"
@@ -84,6 +86,7 @@ static void usage(FILE *out) {
           "  --affinity-experts N  experts per affinity group (default: one node's)\n"
           "  --scattered         affinity groups of scattered expert ids\n"
           "  --seed N            seed of the synthetic routing (default 0)\n"
+          "  --global-batch N    sequences per optimizer step (overrides the spec's)\n"
           "  --collective KIND   all_to_all, all_reduce, all_gather or reduce_scatter\n"
           "  --bytes B           all_to_all: what each rank sends in all (spread evenly over\n"
           "                      the others); all_reduce: the buffer; all_gather: what each\n"
@@ -107,6 +110,7 @@ static const xm_flag_t k_flags[] = {{"--model", true},
                                     {"--affinity-experts", true},
                                     {"--scattered", false},
                                     {"--seed", true},
+                                    {"--global-batch", true},
                                     {NULL, false}};
 static const char *const k_repeatable[] = {"--topology", NULL};
 
@@ -159,6 +163,11 @@ static int parse_args(int argc, char **argv, fabric_args_t *a) {
         return 2;
       }
       a->synth = true;
+    } else if ((v = xm_arg_value(argc, argv, &i, "--global-batch", &missing))) {
+      if (!xm_arg_int(v, 1, (int64_t)1 << 24, &a->global_batch)) {
+        fprintf(stderr, CMD ": error: --global-batch needs an integer in [1, 2^24], got '%s'\n", v);
+        return 2;
+      }
     } else if ((v = xm_arg_value(argc, argv, &i, "--seed", &missing))) {
       int64_t seed;
       if (!xm_arg_int(v, 0, INT64_MAX, &seed)) {
@@ -243,6 +252,8 @@ static int parse_args(int argc, char **argv, fabric_args_t *a) {
     why = "missing --model MODEL (or --collective KIND --bytes B)";
   else if (coll && a->nkinds != 1)
     why = "--collective needs exactly one --topology";
+  else if (coll && a->global_batch)
+    why = "--global-batch goes with --model";
   else if (!coll && a->bytes > 0)
     why = "--bytes goes with --collective";
   else if (coll && a->prices)
@@ -501,6 +512,12 @@ static int run_model(const fabric_args_t *a) {
   xm_spec_t spec;
   xm_status_t st = xm_spec_load_file(a->model, &d, &spec);
   if (st == XM_OK) st = xm_spec_load_cluster_file(a->cluster, &d, &spec);
+  if (st == XM_OK && a->global_batch > 0) {
+    /* As xmoec plan --global-batch: the plan chooses the micro-batch. */
+    spec.training.global_batch = a->global_batch;
+    if (a->global_batch % spec.training.micro_batch != 0) spec.training.micro_batch = 1;
+    xm_spec_validate(&spec, "--global-batch", &d);
+  }
   if (st == XM_OK && xm_diag_error_count(&d) > 0) st = XM_ERR_INVALID_INPUT;
   xm_fab_prices_t prices;
   xm_fab_prices_default(&prices);
