@@ -66,6 +66,14 @@ for name, x in tops.items():
     assert x["inter_node_bytes"] == inter and x["intra_node_bytes"] == intra, (name, x, inter, intra)
     assert abs(x["iteration_s"] - x["compute_s"] - x["comm_s"]) <= 1e-9 * x["iteration_s"], x
     assert x["comm_s"] > 0 and x["comm_by_phase"]["dispatch_s"] > 0, x
+# Locality of the measured dispatch: the last step's share inside a node,
+# and how far it moved from the step before.
+disp = [r for r in mine if r["phase"] == "dispatch"]
+d_in = sum(b for r in disp for i, row in enumerate(r["bytes"]) for j, b in enumerate(row) if i // 2 == j // 2)
+d_all = sum(b for r in disp for row in r["bytes"] for b in row)
+lo = d["locality"]
+assert lo["dispatch_bytes"] == d_all and abs(lo["intra_server"] - d_in / d_all) < 1e-12, (lo, d_in, d_all)
+assert lo["intra_region"] == 1.0 and 0 <= lo["step_tvd"] <= 1 and lo["layer_tvd"] == 0, lo
 print(f"fabric_traffic: {len(mine)} records of step {last}: {inter} bytes across nodes, "
       f"{intra} inside; fat-tree step {tops['fat-tree']['iteration_s']:.3g} s")
 PY

@@ -347,8 +347,49 @@ typedef struct {
 
 /* --traffic: the phases of the file's last step, one per (layer, phase)
  * record in file order, for a cluster of `world` ranks. */
-static xm_status_t traffic_phases(const char *path, int64_t world, xm_diag_t *d,
-                                  xm_fab_phase_t **out, int64_t *out_n, int64_t *out_step) {
+/* How local a run's dispatch traffic is: its last step's (all layers), how
+ * far it is from the step before, and how far consecutive layers of the
+ * last step are from each other (total variation; 0 with one of them). */
+typedef struct {
+  bool valid;
+  xm_fab_locality_t loc;
+  double top5, layer_tvd, step_tvd;
+  int64_t layers;
+} measured_t;
+
+static void measured_locality(const xm_fab_traffic_t *tr, int64_t last, int64_t rpn, int64_t region,
+                              measured_t *out) {
+  memset(out, 0, sizeof *out);
+  xm_fab_matrix_t cur, prev;
+  memset(&prev, 0, sizeof prev);
+  if (xm_fab_traffic_sum(tr, last, -2, XM_RT_PHASE_DISPATCH, &cur) != XM_OK) return;
+  if (xm_fab_locality(&cur, rpn, region, &out->loc) == XM_OK) {
+    out->valid = true;
+    int64_t servers = tr->world / rpn;
+    out->top5 = xm_fab_top_pairs_share(&cur, rpn, xm_fab_pairs_for_fraction(servers, 0.05));
+  }
+  int64_t before = -1;
+  for (int64_t i = 0; i < tr->num_records; i++)
+    if (tr->records[i].step < last && tr->records[i].step > before) before = tr->records[i].step;
+  if (before >= 0 && xm_fab_traffic_sum(tr, before, -2, XM_RT_PHASE_DISPATCH, &prev) == XM_OK)
+    out->step_tvd = xm_fab_matrix_tvd(&prev, &cur);
+  const xm_fab_matrix_t *pl = NULL;
+  double tvd = 0;
+  for (int64_t i = 0; i < tr->num_records; i++) {
+    const xm_fab_traffic_record_t *r = &tr->records[i];
+    if (r->step != last || r->phase != XM_RT_PHASE_DISPATCH || r->layer < 0) continue;
+    if (pl) tvd += xm_fab_matrix_tvd(pl, &r->bytes);
+    pl = &r->bytes;
+    out->layers++;
+  }
+  out->layer_tvd = out->layers > 1 ? tvd / (double)(out->layers - 1) : 0;
+  xm_fab_matrix_free(&cur);
+  xm_fab_matrix_free(&prev);
+}
+
+static xm_status_t traffic_phases(const char *path, int64_t world, int64_t rpn, int64_t region,
+                                  xm_diag_t *d, xm_fab_phase_t **out, int64_t *out_n,
+                                  int64_t *out_step, measured_t *loc) {
   xm_fab_traffic_t *tr = NULL;
   XM_RETURN_IF_ERROR(xm_fab_traffic_load_file(path, d, &tr));
   xm_status_t st = XM_OK;
@@ -389,6 +430,7 @@ static xm_status_t traffic_phases(const char *path, int64_t world, xm_diag_t *d,
     }
     p->latency_steps = p->num_flows == 0 ? 0 : a2a ? (double)peers : (double)world - 1;
   }
+  if (st == XM_OK) measured_locality(tr, last, rpn, region, loc);
   xm_fab_traffic_free(tr);
   if (st != XM_OK) {
     for (int64_t i = 0; ph && i < k; i++)
@@ -469,7 +511,7 @@ static cJSON *json_row(const row_t *w) {
 }
 
 static void print_text(const xm_spec_t *s, const xm_cost_point_t *pt, bool planned,
-                       const row_t *rows, int n, xm_sim_engine_t engine) {
+                       const row_t *rows, int n, xm_sim_engine_t engine, const measured_t *mloc) {
   char lay[96];
   xm_layout_format(&pt->layout, lay, sizeof lay);
   const xm_cluster_spec_t *c = &s->cluster;
@@ -498,7 +540,13 @@ static void print_text(const xm_spec_t *s, const xm_cost_point_t *pt, bool plann
   const xm_sim_result_t *lr = &rows[0].r;
   for (int i = 0; i < n; i++)
     if (rows[i].kind == XM_FAB_REGIONAL_OCS) lr = &rows[i].r;
-  if (lr->locality_ranks > 0)
+  if (mloc && mloc->valid)
+    printf("measured expert traffic (dispatch, last step): %.1f%% inside a node, %.1f%% inside "
+           "a region, %.1f%% of what crosses nodes on the heaviest 5%% of node pairs; layer to "
+           "layer %.3f apart, step to step %.3f (total variation)\n",
+           100 * mloc->loc.intra_server, 100 * mloc->loc.intra_region, 100 * mloc->top5,
+           mloc->layer_tvd, mloc->step_tvd);
+  else if (lr->locality_ranks > 0)
     printf("expert traffic (forward dispatch): %.1f%% inside a node, %.1f%% inside a region, "
            "%.1f%% of what crosses nodes on the heaviest 5%% of node pairs; layer to layer "
            "%.3f apart (total variation)\n",
@@ -527,9 +575,16 @@ static int run_model(const fabric_args_t *a) {
   if (st == XM_OK) st = choose_point(&spec, &pt, &planned, &d);
   xm_fab_phase_t *tph = NULL;
   int64_t ntph = 0, tstep = -1;
-  if (st == XM_OK && a->traffic)
-    st = traffic_phases(a->traffic, spec.cluster.nodes * spec.cluster.ranks_per_node, &d, &tph,
-                        &ntph, &tstep);
+  measured_t mloc;
+  memset(&mloc, 0, sizeof mloc);
+  if (st == XM_OK && a->traffic) {
+    /* Regions as regional-ocs would cut them (its default when not set). */
+    int64_t region = spec.cluster.ocs_region_servers > 0 ? spec.cluster.ocs_region_servers
+                     : spec.cluster.nodes < 16           ? spec.cluster.nodes
+                                                         : 16;
+    st = traffic_phases(a->traffic, spec.cluster.nodes * spec.cluster.ranks_per_node,
+                        spec.cluster.ranks_per_node, region, &d, &tph, &ntph, &tstep, &mloc);
+  }
   if (st != XM_OK) return finish(&d, st);
   /* The fat-tree is the reference of perf_per_cost: timed even when not asked. */
   row_t rows[XM_FAB_KIND_COUNT_ + 1], ref;
@@ -571,7 +626,7 @@ static int run_model(const fabric_args_t *a) {
   xm_diag_print(&d, stderr);
   xm_diag_free(&d);
   if (!a->json) {
-    print_text(&spec, &pt, planned, rows, n, a->engine);
+    print_text(&spec, &pt, planned, rows, n, a->engine, a->traffic ? &mloc : NULL);
     if (a->traffic)
       printf("communication: the %" PRId64 " (layer, phase) records of step %" PRId64
              " of %s, once each (no overlap)\n",
@@ -612,7 +667,15 @@ static int run_model(const fabric_args_t *a) {
   const xm_sim_result_t *lr = &ref.r;
   for (int i = 0; i < n; i++)
     if (rows[i].kind == XM_FAB_REGIONAL_OCS) lr = &rows[i].r; /* its regions */
-  if (lr->locality_ranks > 0) {
+  if (a->traffic && mloc.valid) {
+    cJSON *lo = cJSON_AddObjectToObject(root, "locality");
+    cJSON_AddNumberToObject(lo, "dispatch_bytes", mloc.loc.total);
+    cJSON_AddNumberToObject(lo, "intra_server", mloc.loc.intra_server);
+    cJSON_AddNumberToObject(lo, "intra_region", mloc.loc.intra_region);
+    cJSON_AddNumberToObject(lo, "top5_pairs", mloc.top5);
+    cJSON_AddNumberToObject(lo, "layer_tvd", mloc.layer_tvd);
+    cJSON_AddNumberToObject(lo, "step_tvd", mloc.step_tvd);
+  } else if (!a->traffic && lr->locality_ranks > 0) {
     cJSON *lo = cJSON_AddObjectToObject(root, "locality");
     cJSON_AddNumberToObject(lo, "dispatch_bytes", lr->locality.total);
     cJSON_AddNumberToObject(lo, "intra_server", lr->locality.intra_server);
