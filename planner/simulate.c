@@ -146,7 +146,9 @@ static xm_status_t plan_circuits(const xm_fab_topo_t *t, steplist_t *l, int64_t 
   free(d);
   free(one);
   free(done);
-  if (st == XM_OK) {
+  /* Nothing to reconfigure without circuits (a step with no inter-node
+   * demand inside a region). */
+  if (st == XM_OK && out->circuits > 0) {
     out->reconfigurations = per_layer ? 2 * lmoe * G + 1 : 1;
     out->reconfig_s = (double)out->reconfigurations * t->reconfig_s;
   }

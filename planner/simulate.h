@@ -13,7 +13,7 @@
  * one assignment from the layers' collectives and one from the step's
  * gradient reductions, and a reconfiguration before each MoE layer's
  * forward and backward all-to-alls of every micro-batch and one before the
- * reductions.
+ * reductions; none when no pair gets a circuit.
  *
  * The step time keeps the cost model's overlap rule: compute, then every
  * communication phase exposed, except the gradient reduction, which hides

@@ -531,10 +531,12 @@ static void print_text(const xm_spec_t *s, const xm_cost_point_t *pt, bool plann
            xm_fab_kind_name(rows[i].kind), r->iteration_s, r->compute_s, r->comm_s, r->dispatch_s,
            r->tp_s, r->reduce_exposed_s + r->gather_s, rows[i].price.total, rows[i].perf_per_cost);
     if (rows[i].kind == XM_FAB_REGIONAL_OCS)
-      printf("%-24s regions of %" PRId64 " nodes, %" PRId64 " OCS ports per node, %" PRId64
-             " circuits, %" PRId64 " reconfiguration%s (%.4g s)\n",
-             "", rows[i].topo.region_servers, rows[i].topo.ocs_ports, r->circuits,
-             r->reconfigurations, r->reconfigurations == 1 ? "" : "s", r->reconfig_s);
+      printf("%-24s regions of %" PRId64 " node%s, %" PRId64 " OCS port%s per node, %" PRId64
+             " circuit%s, %" PRId64 " reconfiguration%s (%.4g s)\n",
+             "", rows[i].topo.region_servers, rows[i].topo.region_servers == 1 ? "" : "s",
+             rows[i].topo.ocs_ports, rows[i].topo.ocs_ports == 1 ? "" : "s", r->circuits,
+             r->circuits == 1 ? "" : "s", r->reconfigurations, r->reconfigurations == 1 ? "" : "s",
+             r->reconfig_s);
   }
   printf("\nperf/$: (1 / step time) / network cost, relative to the non-blocking fat-tree\n");
   const xm_sim_result_t *lr = &rows[0].r;
