@@ -288,17 +288,6 @@ static void read_prices(xm_fab_prices_t *p, const cJSON *root, const char *src, 
   }
 }
 
-static void line_col(const char *text, size_t off, int *line, int *col) {
-  *line = 1;
-  *col = 1;
-  for (size_t i = 0; i < off; i++) {
-    if (text[i] == '\n')
-      ++*line, *col = 1;
-    else
-      ++*col;
-  }
-}
-
 xm_status_t xm_fab_prices_load_text(const char *text, size_t len, const char *source,
                                     xm_fab_prices_t *p, xm_diag_t *diag) {
   source = source ? source : "prices";
@@ -316,7 +305,7 @@ xm_status_t xm_fab_prices_load_text(const char *text, size_t len, const char *so
   if (!root) {
     size_t off = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : len;
     int line, col;
-    line_col(buf, off, &line, &col);
+    xm_text_line_col(buf, off, &line, &col);
     char place[48];
     snprintf(place, sizeof place, "%d:%d", line, col);
     err(diag, source, place, "JSON syntax error in the price file");

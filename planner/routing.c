@@ -172,17 +172,6 @@ static cJSON *parse_doc(const char *text, size_t len, size_t *out_off) {
   return root;
 }
 
-static void line_col(const char *text, size_t off, int *line, int *col) {
-  *line = 1;
-  *col = 1;
-  for (size_t i = 0; i < off; i++) {
-    if (text[i] == '\n')
-      ++*line, *col = 1;
-    else
-      ++*col;
-  }
-}
-
 /* A whole number in [min, max]; false otherwise. */
 static bool get_int(const cJSON *v, int64_t min, int64_t max, int64_t *out) {
   if (!cJSON_IsNumber(v)) return false;
@@ -576,7 +565,7 @@ xm_status_t xm_routing_load_text(const char *text, size_t len, const char *sourc
     cJSON_Delete(first);
     if (!is_log) {
       int line, col;
-      line_col(text, off, &line, &col);
+      xm_text_line_col(text, off, &line, &col);
       char place[48];
       snprintf(place, sizeof place, "%d:%d", line, col);
       err(diag, source, place,

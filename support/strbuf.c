@@ -265,3 +265,14 @@ int xm_edit_distance(const char *a, const char *b) {
   }
   return row[lb];
 }
+
+void xm_text_line_col(const char *text, size_t off, int *line, int *col) {
+  *line = 1;
+  *col = 1;
+  for (size_t i = 0; i < off; i++) {
+    if (text[i] == '\n')
+      ++*line, *col = 1;
+    else
+      ++*col;
+  }
+}

@@ -39,6 +39,10 @@ void xm_strbuf_put_quoted(xm_strbuf_t *b, const char *s);
  * ("1.0", "1e-06", "0.1"). inf/nan print as "inf", "-inf", "nan". */
 void xm_strbuf_put_double(xm_strbuf_t *b, double v);
 
+/* The 1-based line and column of byte `off` of `text` (for the place of
+ * a JSON syntax error). */
+void xm_text_line_col(const char *text, size_t off, int *line, int *col);
+
 /* The size limits of the files read whole (docs/spec.md, Errors). */
 #define XM_READ_LIMIT_TEXT ((size_t)64 << 20)  /* specs, clusters, HF configs, manifests, JSON */
 #define XM_READ_LIMIT_IR ((size_t)1 << 30)     /* IR and MLIR text */
