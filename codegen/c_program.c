@@ -754,6 +754,12 @@ static bool emit_moe(gen_t *g, const xm_ir_op_t *op) {
          KI(dim(IN(0), 1)), KI(iattr(g, op, "k")), KI(iattr(g, op, "n_group")),
          KI(iattr(g, op, "topk_group")), KI(iattr(g, op, "norm_topk_prob")),
          KS(fattr(g, op, "routed_scaling")), KS(scoring(op)));
+    /* The routing statistics of out/train --routing-stats: the forward
+     * routing only (a recomputed clone routes the same tokens again). */
+    if (strcmp(phase_of(op), "fwd") == 0 && !xm_ir_op_get_bool(op, "recompute", false))
+      EMIT("if (x->routing_stats) xm_rt_routing_observe(x, %d, %s, " I64 ", " I64 ", " I64 ");",
+           (int)xm_ir_op_get_int(op, "layer", -1), ptr(g, OUT(0)), dim(IN(0), 0), dim(OUT(0), 1),
+           dim(IN(0), 1));
     break;
   case XM_OP_TOPK_ROUTE_GRAD:
     CALL("topk_route_grad", KV(IN(0)), KV(IN(1)), KV(IN(2)), KV(OUT(0)), KI(dim(IN(1), 0)),
@@ -1493,7 +1499,7 @@ static int param_index(const xm_ir_module_t *m, const char *name) {
  * sharding. */
 static void emit_row(gen_t *g, const char *name, const char *category, const xm_ir_value_t *v,
                      const char *init, double std, int trainable, int param, shard_cols_t sh,
-                     bool accumulator) {
+                     bool accumulator, int placed) {
   xm_mem_place_t p = {0, 0, 0};
   if (!xm_plan_memory_place(v->def, v->index, &p))
     gen_error(g, v->def, XM_ERR_INTERNAL, "%s result has no memory place (run plan-memory)%s",
@@ -1507,13 +1513,27 @@ static void emit_row(gen_t *g, const char *name, const char *category, const xm_
   for (int i = 0; i < v->type.rank; i++)
     xm_strbuf_printf(&row, "%s%" PRId64, i ? ", " : "", v->type.dims[i]);
   if (v->type.rank == 0) xm_strbuf_puts(&row, "0");
-  xm_strbuf_printf(&row, "}, %d, %" PRId64 ", %" PRId64 ", %s, %sf, %d, %d, %d, %d, %d, %d},",
+  xm_strbuf_printf(&row, "}, %d, %" PRId64 ", %" PRId64 ", %s, %sf, %d, %d, %d, %d, %d, %d, %d},",
                    p.arena == XM_MEM_ARENA_PERSISTENT ? 1 : 0, p.offset,
                    numel(v) * (int64_t)xm_dtype_size(v->type.dtype), init, num(g, v->def, std),
                    trainable, param, sh.split_group, sh.split_dim, sh.chunk_group,
-                   accumulator ? 1 : 0);
+                   accumulator ? 1 : 0, placed);
   EMIT("%s", xm_strbuf_cstr(&row));
   xm_strbuf_free(&row);
+}
+
+/* The placement column of a param (or of a state of it): row + 1 of the
+ * module's placement (attrs placement_layers, placement; set by xmoec
+ * compile --placement) for a param with attr expert_slots of a placed
+ * layer, else 0. */
+static int placed_column(const gen_t *g, const xm_ir_op_t *param) {
+  const xm_ir_attr_t *rows = xm_ir_module_find_attr(g->m, "placement_layers");
+  if (!param || !rows || rows->kind != XM_ATTR_INTS || !xm_ir_op_get_bool(param, "expert_slots", false))
+    return 0;
+  int64_t layer = xm_ir_op_get_int(param, "layer", -1);
+  for (int r = 0; r < rows->n; r++)
+    if (rows->ints[r] == layer) return r + 1;
+  return 0;
 }
 
 static void emit_decl_row(gen_t *g, const xm_ir_op_t *op, table_idx_t *t) {
@@ -1522,17 +1542,20 @@ static void emit_decl_row(gen_t *g, const xm_ir_op_t *op, table_idx_t *t) {
     const char *init = xm_ir_op_get_string(op, "init", "normal");
     double std = strcmp(init, "normal") == 0 ? xm_ir_op_get_float(op, "std", 0.02) : 0.0;
     emit_row(g, name, "XM_RT_CAT_WEIGHTS", OUT(0), init_name(init), std,
-             xm_ir_op_get_bool(op, "trainable", true), -1, param_shard(g, op), false);
+             xm_ir_op_get_bool(op, "trainable", true), -1, param_shard(g, op), false,
+             placed_column(g, op));
   } else if (op->code == XM_OP_STATE) {
-    int of = param_index(g->m, xm_ir_op_get_string(op, "of", ""));
+    const char *of_name = xm_ir_op_get_string(op, "of", "");
+    int of = param_index(g->m, of_name);
     const char *kind = xm_ir_op_get_string(op, "kind", "");
     emit_row(g, name, state_category(op), OUT(0), "XM_RT_INIT_ZEROS", 0.0, 0, of,
-             state_shard(g, op), strcmp(kind, "grad") == 0 || strcmp(kind, "load") == 0);
+             state_shard(g, op), strcmp(kind, "grad") == 0 || strcmp(kind, "load") == 0,
+             placed_column(g, param_op(g->m, of_name)));
   } else {
     if (strcmp(name, "tokens") == 0) t->tokens = t->count;
     if (strcmp(name, "labels") == 0) t->labels = t->count;
     emit_row(g, name, "XM_RT_CAT_INPUTS", OUT(0), "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded,
-             false);
+             false, 0);
   }
   t->count++;
 }
@@ -1541,7 +1564,8 @@ static void emit_decl_row(gen_t *g, const xm_ir_op_t *op, table_idx_t *t) {
 static void emit_table(gen_t *g, table_idx_t *t) {
   const xm_ir_op_t *ret = NULL;
   EMIT("/* name, category, dtype, rank, dims, persistent, offset, bytes, init, std, trainable, "
-       "param, split_group, split_dim, chunk_group (group kind + 1, 0 = none), accumulator */");
+       "param, split_group, split_dim, chunk_group (group kind + 1, 0 = none), accumulator, "
+       "placed */");
   EMIT("static const xm_rt_tensor_t k_tensors[] = {");
   xm_emit_indent(&g->e);
   for (int i = 0; i < xm_ir_module_num_ops(g->m); i++) {
@@ -1557,14 +1581,14 @@ static void emit_table(gen_t *g, table_idx_t *t) {
   } else {
     t->loss = t->count++;
     emit_row(g, "loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[0], "XM_RT_INIT_NONE", 0.0, 0, -1,
-             k_unsharded, false);
+             k_unsharded, false, 0);
     t->ce_loss = t->count++;
     emit_row(g, "ce_loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[ret->num_operands > 1 ? 1 : 0],
-             "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded, false);
+             "XM_RT_INIT_NONE", 0.0, 0, -1, k_unsharded, false, 0);
     if (ret->num_operands > 2) {
       t->mtp_loss = t->count++;
       emit_row(g, "mtp_loss", "XM_RT_CAT_ACTIVATIONS", ret->operands[2], "XM_RT_INIT_NONE", 0.0,
-               0, -1, k_unsharded, false);
+               0, -1, k_unsharded, false, 0);
     }
   }
   xm_emit_dedent(&g->e);
@@ -1610,7 +1634,49 @@ static void emit_settings(gen_t *g) {
        xm_ir_module_get_int(m, "par_rpn", 0));
 }
 
+/* The expert placement (module attrs placement_layers and placement, one
+ * row of E experts per layer): two arrays the program points at. Returns
+ * the rows (0: none). */
+static int emit_placement(gen_t *g) {
+  const xm_ir_attr_t *rows = xm_ir_module_find_attr(g->m, "placement_layers");
+  const xm_ir_attr_t *slots = xm_ir_module_find_attr(g->m, "placement");
+  int64_t E = g->spec->moe.experts;
+  if (!rows && !slots) return 0;
+  if (!rows || !slots || rows->kind != XM_ATTR_INTS || slots->kind != XM_ATTR_INTS ||
+      rows->n < 1 || E < 1 || (int64_t)slots->n != rows->n * E) {
+    xm_diag_add(g->diag, XM_DIAG_ERROR, NULL, NULL,
+                "the module's placement attrs do not hold one row of %lld experts per layer",
+                (long long)E);
+    if (g->st == XM_OK) g->st = XM_ERR_INTERNAL;
+    return 0;
+  }
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  xm_strbuf_puts(&b, "static const int32_t k_placement_layers[] = {");
+  for (int r = 0; r < rows->n; r++)
+    xm_strbuf_printf(&b, "%s%" PRId64, r ? ", " : "", rows->ints[r]);
+  xm_strbuf_puts(&b, "};");
+  EMIT("/* Expert placement: slot p of layer k_placement_layers[r] holds expert");
+  EMIT(" * k_placement[r * E + p] (Hugging Face numbering). */");
+  EMIT("%s", xm_strbuf_cstr(&b));
+  EMIT("static const int32_t k_placement[] = {");
+  xm_emit_indent(&g->e);
+  for (int r = 0; r < rows->n; r++) {
+    xm_strbuf_clear(&b);
+    for (int64_t p = 0; p < E; p++)
+      xm_strbuf_printf(&b, "%" PRId64 ",%s", slots->ints[r * E + p],
+                       p + 1 < E && (p + 1) % 16 ? " " : "");
+    EMIT("%s", xm_strbuf_cstr(&b));
+  }
+  xm_emit_dedent(&g->e);
+  EMIT("};");
+  xm_emit_blank(&g->e);
+  xm_strbuf_free(&b);
+  return rows->n;
+}
+
 static void emit_program(gen_t *g, const table_idx_t *t, xm_mem_report_t *r) {
+  int placement_rows = emit_placement(g);
   EMIT("const xm_rt_program_t xm_program = {");
   xm_emit_indent(&g->e);
   xm_strbuf_t name;
@@ -1632,6 +1698,13 @@ static void emit_program(gen_t *g, const table_idx_t *t, xm_mem_report_t *r) {
   if (t->mtp_loss >= 0)
     EMIT(".has_mtp = 1, .mtp_loss = %d, .mtp_loss_weight = %s,", t->mtp_loss,
          num(g, NULL, g->spec->training.mtp_loss_weight));
+  if (placement_rows)
+    EMIT(".placement_rows = %d, .placement_experts = " I64 ", .placement_nodes = " I64
+         ", .placement_layers = k_placement_layers, .placement = k_placement,",
+         placement_rows, g->spec->moe.experts,
+         xm_ir_module_get_int(g->m, "placement_nodes", 0));
+  else
+    EMIT(".placement_experts = " I64 ",", g->spec->moe.experts);
   EMIT(".micro = micro, .step = step,");
   xm_emit_dedent(&g->e);
   EMIT("};");
@@ -1704,6 +1777,7 @@ static xm_status_t program(const xm_ir_module_t *m, const xm_spec_t *spec,
     EMIT("#include \"runtime/cpu/kernels.h\"");
   EMIT("#include \"runtime/driver/trace.h\"");
   EMIT("#include \"runtime/moe/rbd_exec.h\"");
+  EMIT("#include \"runtime/moe/routing_stats.h\"");
   xm_emit_blank(&g->e);
   table_idx_t t = {
       .tokens = -1, .labels = -1, .loss = -1, .ce_loss = -1, .mtp_loss = -1, .count = 0};

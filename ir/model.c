@@ -21,7 +21,10 @@
  * later passes (recompute, pipeline stages, reports) can group ops without
  * parsing names. Each op's location is the JSON pointer of the spec field
  * that shaped it, which is what a user should edit when that op is a
- * problem (too much memory, too slow, rejected by a pass).
+ * problem (too much memory, too slow, rejected by a pass). The params whose
+ * dim 0 is indexed by expert slot (the stacked experts, the router's weight
+ * rows and correction bias) carry attr expert_slots, which an expert
+ * placement (docs/placement.md) permutes at the checkpoint edges.
  *
  * Every spec the validator accepts is built; a feature training could not
  * do would be refused here with XM_ERR_UNSUPPORTED before any module
@@ -383,6 +386,7 @@ static void build_router(builder_t *b, xm_ir_value_t *t, xm_ir_value_t **out_sco
   int64_t E = moe->experts, k = moe->top_k;
   xm_ir_value_t *wg = layer_param(b, "mlp.gate.weight", XM_ROLE_REPLICATED, "normal", 0.02,
                                   F32(E, b->H), LOC_EXPERTS);
+  xm_ir_op_set_bool(b->m, wg->def, "expert_slots", true);
   xm_ir_value_t *logits = matmul(b, t, wg, LOC_EXPERTS);
   xm_ir_op_t *sc = OP(b, XM_OP_ROUTER_SCORE, logits->type, LOC_EXPERTS, logits);
   xm_ir_op_set_string(b->m, sc, "scoring", xm_scoring_name(moe->scoring));
@@ -398,6 +402,7 @@ static void build_router(builder_t *b, xm_ir_value_t *t, xm_ir_value_t **out_sco
     bias = layer_param(b, "mlp.gate.e_score_correction_bias", XM_ROLE_REPLICATED, "zeros", -1,
                        F32(E), loc);
     xm_ir_op_set_bool(b->m, bias->def, "trainable", false);
+    xm_ir_op_set_bool(b->m, bias->def, "expert_slots", true);
   } else {
     xm_ir_op_t *c = emit1(b, XM_OP_CONSTANT, 0, NULL, F32(E), LOC_EXPERTS);
     xm_ir_op_set_float(b->m, c, "value", 0.0);
@@ -426,6 +431,7 @@ static xm_ir_value_t *expert_gemm(builder_t *b, xm_ir_value_t *x, const char *pr
   int64_t in = x->type.dims[x->type.rank - 1];
   xm_ir_value_t *w = layer_param(b, suffix, XM_ROLE_EXPERT, "normal", std,
                                  F32(b->spec->moe.experts, out, in), LOC_EXPERT_FFN);
+  xm_ir_op_set_bool(b->m, w->def, "expert_slots", true);
   return VAL(b, XM_OP_GROUPED_MATMUL, with_last(x->type, out), LOC_EXPERT_FFN, x, w, tpe);
 }
 

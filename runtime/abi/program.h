@@ -76,6 +76,13 @@ typedef struct {
    * aux-free load counts), which the driver zeroes after an evaluation
    * (it runs micro but never step); 0 otherwise. */
   int accumulator;
+  /* Expert placement (xmoec compile --placement; docs/placement.md): row + 1
+   * of the program's placement table when dim 0 of the whole tensor is
+   * indexed by the expert slots of that MoE layer (stacked expert weights,
+   * the router's weight rows and correction bias, and their states), else 0.
+   * The runtime keeps such tensors in slot order and permutes them to the
+   * Hugging Face numbering at the edges: initialisation and checkpoints. */
+  int placed;
 } xm_rt_tensor_t;
 
 typedef struct xm_rt_exec xm_rt_exec_t;
@@ -110,6 +117,16 @@ typedef struct {
    * cross-entropy, and the weight the loss takes it with. */
   int has_mtp, mtp_loss;
   double mtp_loss_weight;
+  /* Expert placement: placement_rows MoE layers (Hugging Face layer index
+   * placement_layers[r]) whose slot p holds expert
+   * placement[r * placement_experts + p]; 0 rows when every layer is the
+   * identity. placement_experts: the routed experts of an MoE layer (0: a
+   * dense model). placement_nodes: the node blocks it was made for (0
+   * unknown). */
+  int placement_rows;
+  int64_t placement_experts, placement_nodes;
+  const int32_t *placement_layers;
+  const int32_t *placement;
   /* schedule */
   void (*micro)(xm_rt_exec_t *x);
   void (*step)(xm_rt_exec_t *x);
@@ -151,6 +168,10 @@ struct xm_rt_exec {
   double grad_norm;           /* set by the step function: global norm before clipping */
   void *comm; /* xm_rt_comm_t * (runtime/comm/comm.h) of a multi-rank run, else NULL */
   void *rbd;  /* RBD routing records between forward and backward (runtime/moe/rbd_exec.h) */
+  /* The routing statistics recorder (xm_rt_routing_stats_t *,
+   * runtime/moe/routing_stats.h) while `out/train --routing-stats` trains,
+   * else NULL: the hook after each forward top-k routing tests it. */
+  void *routing_stats;
   /* The op-timeline recorder (xm_rt_trace_t *, runtime/driver/trace.h) while a
    * step traced by `out/train --trace` runs, else NULL: the hooks of the
    * generated code test it and do nothing else when it is NULL. */

@@ -61,6 +61,7 @@
 #include "runtime/io/data.h"
 #include "runtime/driver/progress.h"
 #include "runtime/moe/rbd_exec.h"
+#include "runtime/moe/routing_stats.h"
 #include "runtime/io/rng.h"
 #include "runtime/io/shard_io.h"
 #include "runtime/comm/transport.h"
@@ -1025,6 +1026,19 @@ static xm_status_t train_loop(trainer_t *t) {
     if (trace) fclose(trace);
     return st;
   }
+  xm_rt_routing_stats_t *routing = NULL;
+  if (t->o.routing_stats) {
+    xm_diag_t diag;
+    xm_diag_init(&diag);
+    st = agree(t, xm_rt_routing_stats_create(p, t->comm, t->o.routing_samples, &diag, &routing));
+    if (st != XM_OK && t->ctx.rank == 0) {
+      fprintf(stderr, "%s: error: %s: cannot record the routing statistics\n", t->prog,
+              t->o.routing_stats);
+      xm_diag_print(&diag, stderr);
+    }
+    xm_diag_free(&diag);
+    t->x.routing_stats = routing;
+  }
   double t0 = xm_rt_now();
   for (int64_t s = first; s <= t->o.steps && st == XM_OK; s++) {
     double lr = xm_rt_train_lr(&t->o, s), v[3];
@@ -1066,6 +1080,16 @@ static xm_status_t train_loop(trainer_t *t) {
     if (st == XM_OK && t->o.save_every && s % t->o.save_every == 0) st = save_checkpoint(t);
   }
   if (st == XM_OK && t->o.ckpt_dir && t->last_saved != t->step) st = save_checkpoint(t);
+  t->x.routing_stats = NULL; /* evaluations after training are not recorded */
+  if (st == XM_OK && routing) {
+    xm_diag_t diag;
+    xm_diag_init(&diag);
+    st = xm_rt_routing_stats_write(routing, t->comm, t->o.routing_stats, t->step - first + 1,
+                                   &diag);
+    if (t->ctx.rank == 0) xm_diag_print(&diag, stderr);
+    xm_diag_free(&diag);
+  }
+  xm_rt_routing_stats_free(routing);
   int ferr = xm_rt_progress_finish(&pr);
   if (ferr)
     fprintf(stderr, "%s: error: %s: cannot write the log: %s\n", t->prog, t->o.log,

@@ -39,6 +39,8 @@ typedef enum {
   F_JSON,
   F_LOG,
   F_TRAFFIC,
+  F_ROUTING_STATS,
+  F_ROUTING_SAMPLES,
   F_TRACE,
   F_TRACE_STEPS,
   F_EVAL_FRACTION,
@@ -87,6 +89,11 @@ static const flag_info_t k_flags[F_COUNT_] = {
     [F_TRAFFIC] =
         {"--traffic", 1, "FILE",
          "write each step's rank-to-rank traffic per layer and phase to FILE (JSON lines)"},
+    [F_ROUTING_STATS] = {"--routing-stats", 1, "FILE",
+                         "write the run's routing per MoE layer (expert loads, co-selected "
+                         "pairs, sampled tokens) to FILE for `xmoec place` (docs/placement.md)"},
+    [F_ROUTING_SAMPLES] = {"--routing-samples", 1, "N",
+                           "tokens per layer --routing-stats keeps as a sample (default 65536)"},
     [F_TRACE] = {"--trace", 1, "FILE",
                  "write the measured op timeline of the traced steps to FILE (Chrome/Perfetto "
                  "trace JSON)"},
@@ -221,6 +228,13 @@ static int set_value(xm_rt_train_opts_t *o, flag_id_t id, const char *v, const c
     *expected = "a file name";
     o->traffic = v;
     return *v != '\0';
+  case F_ROUTING_STATS:
+    *expected = "a file name";
+    o->routing_stats = v;
+    return *v != '\0';
+  case F_ROUTING_SAMPLES:
+    *expected = "an integer >= 0";
+    return parse_int(v, 0, &o->routing_samples);
   case F_TRACE:
     *expected = "a file name";
     o->trace = v;
@@ -298,6 +312,7 @@ static void set_defaults(const xm_rt_program_t *p, xm_rt_train_opts_t *o) {
   o->schedule = p->lr_schedule;
   o->weight_decay = p->weight_decay;
   o->clip = p->grad_clip;
+  o->routing_samples = 65536; /* XM_RT_ROUTING_SAMPLE_CAP (runtime/moe/routing_stats.h) */
   o->seed = p->seed;
   o->eval_fraction = 0.05;
   o->timeout = 1800;
@@ -380,7 +395,8 @@ static int check_combinations(const xm_rt_program_t *p, const char *prog, const 
   }
   static const flag_id_t training_only[] = {F_STEPS, F_LR,      F_WARMUP,   F_SCHEDULE,
                                             F_WD,    F_CLIP,    F_CKPT_DIR, F_SAVE_EVERY,
-                                            F_LOG,   F_TRAFFIC, F_TRACE,    F_TRACE_STEPS};
+                                            F_LOG,   F_TRAFFIC, F_TRACE,    F_TRACE_STEPS,
+                                            F_ROUTING_STATS, F_ROUTING_SAMPLES};
   for (size_t k = 0; o->eval && k < sizeof training_only / sizeof *training_only; k++)
     if (seen[training_only[k]]) {
       flag_error(err, prog, k_flags[training_only[k]].name, "has no effect with --eval");
@@ -390,6 +406,15 @@ static int check_combinations(const xm_rt_program_t *p, const char *prog, const 
     flag_error(err, prog, "--steps", "required: the program has no train_steps");
     problems++;
   }
+  if (seen[F_ROUTING_SAMPLES] && !o->routing_stats) {
+    flag_error(err, prog, "--routing-samples", "needs --routing-stats FILE");
+    problems++;
+  }
+  if (o->routing_stats && p->placement_experts <= 0) {
+    flag_error(err, prog, "--routing-stats",
+               "the model has no routed experts, so there is no routing to record");
+    problems++;
+  }
   if (seen[F_TRACE_STEPS] && !o->trace) {
     flag_error(err, prog, "--trace-steps", "needs --trace FILE");
     problems++;
@@ -397,7 +422,6 @@ static int check_combinations(const xm_rt_program_t *p, const char *prog, const 
   if (o->trace && !seen[F_TRACE_STEPS]) o->trace_first = o->trace_last = o->steps;
   if (seen[F_LR] && o->min_lr > o->lr) o->min_lr = o->lr;
   if (o->schedule_steps <= 0) o->schedule_steps = o->steps;
-  (void)p;
   return problems;
 }
 

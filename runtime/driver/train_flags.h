@@ -42,6 +42,8 @@ typedef struct {
   int json;
   const char *log;
   const char *traffic;             /* --traffic FILE: per-(layer, phase) matrices */
+  const char *routing_stats;       /* --routing-stats FILE (runtime/moe/routing_stats.h) */
+  int64_t routing_samples;         /* --routing-samples N; set_defaults: the default cap */
   const char *trace;               /* --trace FILE: the op timeline of the traced steps */
   int64_t trace_first, trace_last; /* --trace-steps N[:M]; default: the last step */
   double eval_fraction;

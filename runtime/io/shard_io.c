@@ -278,6 +278,85 @@ xm_status_t xm_rt_full_view_create(const xm_rt_program_t *local, const xm_rt_ran
   return XM_OK;
 }
 
+/* ---- expert placement -------------------------------------------------------------- */
+
+/* The Hugging Face expert of each slot of placement row `placed` - 1. */
+static const int32_t *placement_row(const xm_rt_program_t *p, int placed) {
+  if (placed <= 0 || placed > p->placement_rows || !p->placement) return NULL;
+  return p->placement + (int64_t)(placed - 1) * p->placement_experts;
+}
+
+/* Reorders the E rows of `row_bytes` bytes at base: to_hf, row p moves to
+ * row map[p] (slot order to the Hugging Face numbering); else row p takes
+ * row map[p] (back to slot order). In place, one row of scratch, following
+ * the permutation's cycles. Returns 0, or 1 when memory is short. */
+static int permute_rows(unsigned char *base, int64_t E, int64_t row_bytes, const int32_t *map,
+                        int to_hf) {
+  if (E <= 1 || row_bytes <= 0) return 0;
+  unsigned char *tmp = malloc((size_t)row_bytes);
+  unsigned char *done = calloc((size_t)E, 1);
+  int32_t *from = malloc((size_t)E * sizeof *from); /* new row q takes old row from[q] */
+  if (!tmp || !done || !from) {
+    free(tmp);
+    free(done);
+    free(from);
+    return 1;
+  }
+  for (int64_t q = 0; q < E; q++)
+    if (to_hf)
+      from[map[q]] = (int32_t)q;
+    else
+      from[q] = map[q];
+  for (int64_t start = 0; start < E; start++) {
+    if (done[start] || from[start] == start) continue;
+    memcpy(tmp, base + start * row_bytes, (size_t)row_bytes);
+    int64_t q = start;
+    for (;;) {
+      done[q] = 1;
+      int64_t src = from[q];
+      if (src == start) {
+        memcpy(base + q * row_bytes, tmp, (size_t)row_bytes);
+        break;
+      }
+      memcpy(base + q * row_bytes, base + src * row_bytes, (size_t)row_bytes);
+      q = src;
+    }
+  }
+  free(tmp);
+  free(done);
+  free(from);
+  return 0;
+}
+
+int xm_rt_program_is_placed(const xm_rt_program_t *p) {
+  if (p->placement_rows <= 0) return 0;
+  for (int i = 0; i < p->num_tensors; i++)
+    if (p->tensors[i].placed) return 1;
+  return 0;
+}
+
+xm_status_t xm_rt_placement_permute(const xm_rt_program_t *p, unsigned char *arena, int to_hf,
+                                    xm_diag_t *diag) {
+  for (int i = 0; i < p->num_tensors; i++) {
+    const xm_rt_tensor_t *t = &p->tensors[i];
+    if (!t->placed || !is_stored(t) || t->bytes == 0) continue;
+    const int32_t *map = placement_row(p, t->placed);
+    int64_t E = p->placement_experts, elems = 1;
+    int ok = map && t->rank >= 1 && t->dims[0] == E && !t->split_group && !t->chunk_group &&
+             (t->dtype == XM_RT_F32 || t->dtype == XM_RT_I32);
+    for (int d = 0; ok && d < t->rank; d++)
+      ok = t->dims[d] >= 0 && !__builtin_mul_overflow(elems, t->dims[d], &elems);
+    if (!ok || elems * 4 > t->bytes)
+      return bad_entry(diag, p, i, "is placed but is not a whole tensor with the experts on dim 0");
+    if (permute_rows(arena + t->offset, E, elems / E * 4, map, to_hf)) {
+      if (diag)
+        xm_diag_add(diag, XM_DIAG_ERROR, NULL, t->name, "out of memory reordering the experts");
+      return XM_ERR_NO_MEMORY;
+    }
+  }
+  return XM_OK;
+}
+
 /* ---- initialisation ---------------------------------------------------------------- */
 
 /* One stream: a whole param, or one expert of a stacked "{e}" param. The
@@ -345,7 +424,11 @@ static xm_status_t param_units(const xm_rt_program_t *p, int ti, const xm_rt_ran
   int stacked = strstr(d->name, "{e}") != NULL && d->rank >= 1 && d->dims[0] > 0;
   int64_t experts = stacked ? d->dims[0] : 1, per = g.n / experts;
   int split_experts = stacked && d->split_group && d->split_dim == 0;
+  /* Under a placement slot s draws the stream of Hugging Face expert map[s]. */
+  const int32_t *map = stacked ? placement_row(p, d->placed) : NULL;
   for (int64_t e = 0; e < experts; e++) {
+    int64_t slot = split_experts ? g.index * experts + e : e;
+    int64_t hf = map ? map[slot] : slot;
     init_unit_t *u = push_unit(l);
     if (!u) return XM_ERR_NO_MEMORY;
     u->ptr = (float *)(persist + d->offset) + e * per;
@@ -359,14 +442,14 @@ static xm_status_t param_units(const xm_rt_program_t *p, int ti, const xm_rt_ran
       u->full_block = g.full_block;
       u->index = g.index;
     } else if (split_experts || !d->split_group) {
-      u->name = expert_name(d->name, split_experts ? g.index * experts + e : e);
+      u->name = expert_name(d->name, hf);
       u->full_n = per;
       u->block = per;
       u->full_block = per;
       u->index = 0;
     } else {
       /* A split inside each expert: the same runs, per expert. */
-      u->name = expert_name(d->name, e);
+      u->name = expert_name(d->name, hf);
       u->full_n = per * g.parts;
       u->block = g.block;
       u->full_block = g.full_block;
@@ -423,6 +506,23 @@ xm_status_t xm_rt_shard_init_params(const xm_rt_program_t *p, const xm_rt_rank_c
       missing += fill_unit(&l.u[k], seed);
   }
   free_units(&l);
+  /* The placed tensors that are not stacked (the router's rows, its bias)
+   * were drawn whole in the Hugging Face order: into slot order. */
+  for (int i = 0; i < p->num_tensors && s == XM_OK && !missing; i++) {
+    const xm_rt_tensor_t *d = &p->tensors[i];
+    if (d->category != XM_RT_CAT_WEIGHTS || !d->persistent || !d->placed ||
+        strstr(d->name, "{e}"))
+      continue;
+    const int32_t *map = placement_row(p, d->placed);
+    int64_t E = p->placement_experts, elems = 1;
+    int ok = map && !d->split_group && d->rank >= 1 && d->dims[0] == E;
+    for (int k = 0; ok && k < d->rank; k++)
+      ok = d->dims[k] >= 0 && !__builtin_mul_overflow(elems, d->dims[k], &elems);
+    if (!ok || elems * 4 > d->bytes)
+      s = bad_entry(diag, p, i, "is placed but is not a whole tensor with the experts on dim 0");
+    else
+      missing += permute_rows(persist + d->offset, E, elems / E * 4, map, 0);
+  }
   if (s == XM_OK && missing) {
     if (diag)
       xm_diag_add(diag, XM_DIAG_ERROR, NULL, NULL,
@@ -605,15 +705,40 @@ xm_status_t xm_rt_shard_checkpoint_save(const xm_rt_exec_t *x, const xm_rt_comm_
                                         const xm_rt_train_state_t *st, bool with_optimizer,
                                         xm_diag_t *diag) {
   MPI_Comm comm = world_of(c);
-  if (!v) {
+  if (!v && !xm_rt_program_is_placed(x->program)) {
     xm_status_t s =
         rank_of(x, c) == 0 ? xm_rt_checkpoint_save(x, dir, st, with_optimizer, diag) : XM_OK;
+    return agree_status(comm, s);
+  }
+  if (!v) {
+    /* Whole tensors in slot order: a copy in the Hugging Face numbering. */
+    xm_status_t s = XM_OK;
+    if (rank_of(x, c) == 0) {
+      unsigned char *copy = full_arena(x->program->persistent_bytes);
+      if (!copy) {
+        if (diag)
+          xm_diag_add(diag, XM_DIAG_ERROR, dir, NULL,
+                      "no memory to reorder the experts for the checkpoint (%lld bytes)",
+                      (long long)x->program->persistent_bytes);
+        s = XM_ERR_NO_MEMORY;
+      } else {
+        memcpy(copy, x->persist_host, (size_t)x->program->persistent_bytes);
+        s = xm_rt_placement_permute(x->program, copy, 1, diag);
+        xm_rt_exec_t fx = *x;
+        fx.persist = copy;
+        fx.persist_host = copy;
+        fx.act = NULL;
+        if (s == XM_OK) s = xm_rt_checkpoint_save(&fx, dir, st, with_optimizer, diag);
+        free(copy);
+      }
+    }
     return agree_status(comm, s);
   }
   if (!c) return bad_entry(diag, x->program, -1, "a sharded program saved without a communicator");
   int me = rank_of(x, c);
   unsigned char *full = me == 0 ? full_arena(v->program.persistent_bytes) : NULL;
   xm_status_t s = xm_rt_shard_gather(x, c, v, with_optimizer, full, diag);
+  if (s == XM_OK && me == 0) s = xm_rt_placement_permute(&v->program, full, 1, diag);
   if (s == XM_OK && me == 0) {
     xm_rt_exec_t fx = *x;
     fx.program = &v->program;
@@ -643,9 +768,13 @@ static xm_status_t shard_load(xm_rt_exec_t *x, const xm_rt_comm_t *c, const xm_r
                               xm_rt_train_state_t *st, xm_diag_t *diag) {
   MPI_Comm comm = world_of(c);
   if (st) memset(st, 0, sizeof *st);
-  if (!v)
-    return agree_status(comm, st ? xm_rt_checkpoint_load(x, dir, with_optimizer, st, diag)
-                                 : xm_rt_checkpoint_import(x, dir, diag));
+  if (!v) {
+    xm_status_t s = st ? xm_rt_checkpoint_load(x, dir, with_optimizer, st, diag)
+                       : xm_rt_checkpoint_import(x, dir, diag);
+    /* Read in the Hugging Face numbering: into slot order. */
+    if (s == XM_OK) s = xm_rt_placement_permute(x->program, x->persist_host, 0, diag);
+    return agree_status(comm, s);
+  }
   unsigned char *full = full_arena(v->program.persistent_bytes);
   xm_status_t s = XM_OK;
   if (!full) {
@@ -665,6 +794,7 @@ static xm_status_t shard_load(xm_rt_exec_t *x, const xm_rt_comm_t *c, const xm_r
     s = st ? xm_rt_checkpoint_load(&fx, dir, with_optimizer, &loaded, diag)
            : xm_rt_checkpoint_import(&fx, dir, diag);
   }
+  if (s == XM_OK) s = xm_rt_placement_permute(&v->program, full, 0, diag);
   s = agree_status(comm, s);
   if (s == XM_OK) s = agree_status(comm, xm_rt_shard_scatter(x, rc, v, full, diag));
   if (s == XM_OK) {

@@ -121,13 +121,36 @@ xm_status_t xm_rt_full_view_create(const xm_rt_program_t *local, const xm_rt_ran
                                    xm_diag_t *diag, xm_rt_full_view_t *out);
 void xm_rt_full_view_destroy(xm_rt_full_view_t *v);
 
+/* ---- expert placement ------------------------------------------------------ */
+
+/* A program with an expert placement (runtime/abi/program.h, placed) keeps
+ * the placed tensors in slot order; checkpoints hold them in the Hugging
+ * Face numbering, so any checkpoint loads under any placement. The save and
+ * load wrappers below reorder whole tensors at the edge (a copy of the
+ * arena on save when the program is not sharded), initialisation draws
+ * each slot as its Hugging Face expert. */
+
+/* 1 when some tensor of the table is placed under a placement row. */
+int xm_rt_program_is_placed(const xm_rt_program_t *p);
+
+/* Reorders dim 0 of every stored placed tensor of `p` (a table of whole
+ * tensors: a program that is not sharded, or a full view) in `arena`:
+ * to_hf != 0 from slot order to the Hugging Face numbering, else back. A
+ * placed entry that is not whole: XM_ERR_INTERNAL naming it. */
+xm_status_t xm_rt_placement_permute(const xm_rt_program_t *p, unsigned char *arena, int to_hf,
+                                    xm_diag_t *diag);
+
 /* ---- initialisation -------------------------------------------------------- */
 
 /* Initialises every f32 param (category weights) of `p` in the persistent
  * arena `persist` for the rank with coordinates `rc`: the values are those
  * a 1-rank run gives the same elements of the full tensor. Each param (or
  * each expert of a stacked "{e}" param, under its global name) draws from
- * its own stream (runtime/io/rng.h) seeded from `seed` and the name. Experts
+ * its own stream (runtime/io/rng.h) seeded from `seed` and the name (under
+ * an expert placement, slot s of a stacked param draws the stream of the
+ * Hugging Face expert it holds, and the router's rows are drawn in the
+ * Hugging Face order and moved to slot order, so every placement starts
+ * from the identity's weights). Experts
  * split over dim 0 are generated one by one (only the rank's own); other
  * splits generate the full tensor (or expert) in a scratch buffer and copy
  * the slice. Fails only on a bad table entry or when a scratch buffer

@@ -325,7 +325,7 @@ static void test_program_table(void **state) {
   snprintf(want, sizeof want, ".num_tensors = %d,", params + states + 4);
   assert_non_null(strstr(text, want));
   assert_non_null(strstr(text, "{\"model.norm.weight\", XM_RT_CAT_WEIGHTS, XM_RT_F32, 1, {128}, 1, "));
-  assert_non_null(strstr(text, "XM_RT_INIT_ONES, 0.0f, 1, -1, 0, 0, 0, 0},"));
+  assert_non_null(strstr(text, "XM_RT_INIT_ONES, 0.0f, 1, -1, 0, 0, 0, 0, 0},"));
   assert_non_null(strstr(text, "{\"model.layers.3.mlp.experts.{e}.down_proj.weight\", "
                                "XM_RT_CAT_WEIGHTS, XM_RT_F32, 3, {16, 128, 128}, 1, "));
   /* The embedding is table row 2 (after tokens and labels): its grad and
@@ -333,12 +333,74 @@ static void test_program_table(void **state) {
   assert_non_null(strstr(text, "{\"model.embed_tokens.weight.grad\", XM_RT_CAT_GRADS, "));
   const char *row = strstr(text, "{\"model.embed_tokens.weight.exp_avg_sq\", ");
   assert_non_null(row);
-  assert_non_null(strstr(row, "XM_RT_INIT_ZEROS, 0.0f, 0, 2, 0, 0, 0, 0},"));
-  assert_true(strstr(row, "XM_RT_INIT_ZEROS, 0.0f, 0, 2, 0, 0, 0, 0},") < strchr(row, '\n'));
+  assert_non_null(strstr(row, "XM_RT_INIT_ZEROS, 0.0f, 0, 2, 0, 0, 0, 0, 0},"));
+  assert_true(strstr(row, "XM_RT_INIT_ZEROS, 0.0f, 0, 2, 0, 0, 0, 0, 0},") < strchr(row, '\n'));
   /* A single-rank module: the default layout. */
   assert_non_null(strstr(text, ".dp = 1, .tp = 1, .ep = 1, .ssmb = 0, .rbd = 0, .zero = 0, "
                                ".ranks_per_node = 0,"));
   xm_strbuf_free(&a);
+  xm_diag_free(&d);
+  xm_ir_module_destroy(m);
+}
+
+/* An expert placement (module attrs of xmoec compile --placement): the
+ * params with attr expert_slots of the placed layer, and their states, get
+ * that placement row in the table's last column; the rows become the
+ * program's placement arrays; every forward top-k routing is followed by
+ * the routing-statistics hook, and no recomputed or backward op is. */
+static void test_program_placement(void **state) {
+  (void)state;
+  xm_spec_t spec;
+  load_tiny(&spec);
+  xm_ir_module_t *m = lowered(&spec);
+  int64_t layers[1] = {2}, slots[16];
+  for (int p = 0; p < 16; p++)
+    slots[p] = (p + 5) % 16;
+  xm_ir_attr_t a = {.key = "placement_layers", .kind = XM_ATTR_INTS, .n = 1, .ints = layers};
+  xm_ir_module_set_attr(m, &a);
+  a = (xm_ir_attr_t){.key = "placement", .kind = XM_ATTR_INTS, .n = 16, .ints = slots};
+  xm_ir_module_set_attr(m, &a);
+  xm_ir_module_set_int(m, "placement_nodes", 2);
+  xm_diag_t d;
+  xm_diag_init(&d);
+  xm_strbuf_t out;
+  xm_strbuf_init(&out);
+  assert_int_equal(generate(m, &spec, &d, &out), XM_OK);
+  const char *text = xm_strbuf_cstr(&out);
+  static const struct {
+    const char *name;
+    int placed;
+  } rows[] = {
+      {"model.layers.2.mlp.gate.weight", 1},
+      {"model.layers.2.mlp.gate.weight.exp_avg", 1},
+      {"model.layers.2.mlp.experts.{e}.up_proj.weight", 1},
+      {"model.layers.2.mlp.experts.{e}.down_proj.weight.exp_avg_sq", 1},
+      {"model.layers.2.mlp.experts.{e}.gate_proj.weight.grad", 1},
+      {"model.layers.1.mlp.gate.weight", 0},
+      {"model.layers.1.mlp.experts.{e}.up_proj.weight", 0},
+      {"model.layers.2.mlp.shared_experts.up_proj.weight", 0},
+      {"model.layers.2.post_attention_layernorm.weight", 0},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    char key[160], tail[16];
+    snprintf(key, sizeof key, "{\"%s\", ", rows[i].name);
+    const char *row = strstr(text, key);
+    assert_non_null(row);
+    const char *end = strchr(row, '\n');
+    snprintf(tail, sizeof tail, ", %d},", rows[i].placed);
+    if (end - row < (ptrdiff_t)strlen(tail) || strncmp(end - strlen(tail), tail, strlen(tail))) {
+      fprintf(stderr, "row %.*s does not end in %s\n", (int)(end - row), row, tail);
+      fail();
+    }
+  }
+  assert_non_null(strstr(text, "static const int32_t k_placement_layers[] = {2};"));
+  assert_non_null(strstr(text, "  5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4,\n"));
+  assert_non_null(strstr(text, ".placement_rows = 1, .placement_experts = 16, .placement_nodes = 2, "
+                               ".placement_layers = k_placement_layers, .placement = k_placement,"));
+  /* one hook per MoE layer (1, 2, 3), after its forward routing only */
+  assert_int_equal(count_substr(text, "if (x->routing_stats) xm_rt_routing_observe(x, "), 3);
+  assert_non_null(strstr(text, "xm_rt_routing_observe(x, 3, "));
+  xm_strbuf_free(&out);
   xm_diag_free(&d);
   xm_ir_module_destroy(m);
 }
@@ -731,17 +793,17 @@ static void test_program_spmd(void **state) {
   struct {
     const char *name, *tail;
   } rows[] = {
-      {"{\"experts.w\", ", ", 1, -1, 4, 0, 0, 0},"},
-      {"{\"experts.w.grad\", ", ", 0, 2, 4, 0, 0, 1},"},
-      {"{\"experts.w.exp_avg\", ", ", 0, 2, 0, 0, 5, 0},"},
-      {"{\"experts.w.exp_avg_sq\", ", ", 0, 2, 0, 0, 5, 0},"},
-      {"{\"norm.w\", ", ", 1, -1, 0, 0, 0, 0},"},
-      {"{\"norm.w.exp_avg\", ", ", 0, 3, 0, 0, 2, 0},"},
-      {"{\"norm.w.load\", ", ", 0, 3, 0, 0, 0, 1},"},
-      {"{\"dense.w\", ", ", 1, -1, 3, 1, 0, 0},"},
-      {"{\"dense.w.grad\", ", ", 0, 4, 3, 1, 0, 1},"},
-      {"{\"dense.w.exp_avg_sq\", ", ", 0, 4, 3, 1, 0, 0},"},
-      {"{\"tokens\", ", ", 0, -1, 0, 0, 0, 0},"},
+      {"{\"experts.w\", ", ", 1, -1, 4, 0, 0, 0, 0},"},
+      {"{\"experts.w.grad\", ", ", 0, 2, 4, 0, 0, 1, 0},"},
+      {"{\"experts.w.exp_avg\", ", ", 0, 2, 0, 0, 5, 0, 0},"},
+      {"{\"experts.w.exp_avg_sq\", ", ", 0, 2, 0, 0, 5, 0, 0},"},
+      {"{\"norm.w\", ", ", 1, -1, 0, 0, 0, 0, 0},"},
+      {"{\"norm.w.exp_avg\", ", ", 0, 3, 0, 0, 2, 0, 0},"},
+      {"{\"norm.w.load\", ", ", 0, 3, 0, 0, 0, 1, 0},"},
+      {"{\"dense.w\", ", ", 1, -1, 3, 1, 0, 0, 0},"},
+      {"{\"dense.w.grad\", ", ", 0, 4, 3, 1, 0, 1, 0},"},
+      {"{\"dense.w.exp_avg_sq\", ", ", 0, 4, 3, 1, 0, 0, 0},"},
+      {"{\"tokens\", ", ", 0, -1, 0, 0, 0, 0, 0},"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     const char *row = strstr(text, rows[i].name);
@@ -906,7 +968,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sha256_vectors),  cmocka_unit_test(test_c_string),
       cmocka_unit_test(test_config_json),     cmocka_unit_test(test_program_tiny),
-      cmocka_unit_test(test_program_table),   cmocka_unit_test(test_program_errors),
+      cmocka_unit_test(test_program_table),
+      cmocka_unit_test(test_program_placement),   cmocka_unit_test(test_program_errors),
       cmocka_unit_test(test_schedule_counts), cmocka_unit_test(test_program_spmd),
       cmocka_unit_test(test_program_all_to_all_static), cmocka_unit_test(test_program_rbd),
   };

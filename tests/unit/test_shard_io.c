@@ -415,11 +415,111 @@ static void test_sliced_init(void **state) {
   check_sliced_init(t, &l);
 }
 
+/* ---- expert placement ------------------------------------------------------------ */
+
+#define PUP_NAME "model.layers.1.mlp.experts.{e}.up_proj.weight"
+#define GATE_NAME "model.layers.1.mlp.gate.weight"
+enum { PT_UP, PT_GATE, PT_M_GATE, PT_COUNT };
+static const int32_t k_map[4] = {2, 0, 3, 1}; /* slot p holds Hugging Face expert k_map[p] */
+static const int32_t k_map_layer[1] = {1};
+
+/* A 1-rank table, or (ep2) one rank's of dp2 ep2: experts [4, 3, 2]
+ * stacked (split over EP), the router's rows [4, 3] and one Adam moment of
+ * them, all placed (row 1) when `placed`. */
+static xm_rt_program_t placed_program(xm_rt_tensor_t *t, int placed, int ep2) {
+  memset(t, 0, PT_COUNT * sizeof *t);
+  t[PT_UP] = (xm_rt_tensor_t)P(PUP_NAME, XM_RT_CAT_WEIGHTS, XM_RT_F32, 3, ep2 ? 2 : 4, 3, 2, 0,
+                               XM_RT_INIT_NORMAL, 1.0f, -1, ep2 ? GRP(XM_RT_GROUP_EP) : 0, 0, 0);
+  t[PT_GATE] = (xm_rt_tensor_t)P(GATE_NAME, XM_RT_CAT_WEIGHTS, XM_RT_F32, 2, 4, 3, 0, 256,
+                                 XM_RT_INIT_NORMAL, 1.0f, -1, 0, 0, 0);
+  t[PT_M_GATE] = (xm_rt_tensor_t)P(GATE_NAME ".exp_avg", XM_RT_CAT_OPTIMIZER, XM_RT_F32, 2, 4, 3,
+                                   0, 512, 0, 0.0f, PT_GATE, 0, 0, 0);
+  for (int i = 0; i < PT_COUNT; i++)
+    t[i].placed = placed;
+  xm_rt_program_t p = {0};
+  p.model_name = "placement-test";
+  p.persistent_bytes = 768;
+  p.num_tensors = PT_COUNT;
+  p.tensors = t;
+  p.placement_experts = 4;
+  if (placed) {
+    p.placement_rows = 1;
+    p.placement_layers = k_map_layer;
+    p.placement = k_map;
+  }
+  return p;
+}
+
+static void test_placement(void **state) {
+  (void)state;
+  xm_rt_tensor_t ti[PT_COUNT], tp[PT_COUNT];
+  xm_rt_program_t id = placed_program(ti, 0, 0), pl = placed_program(tp, 1, 0);
+  assert_false(xm_rt_program_is_placed(&id));
+  assert_true(xm_rt_program_is_placed(&pl));
+  unsigned char *a = calloc(768, 1), *b = calloc(768, 1);
+  assert_non_null(a);
+  assert_non_null(b);
+  xm_rt_rank_coords_t one = coords(NULL, 0);
+  assert_int_equal(xm_rt_shard_init_params(&id, &one, 11, a, NULL), XM_OK);
+  assert_int_equal(xm_rt_shard_init_params(&pl, &one, 11, b, NULL), XM_OK);
+  const float *fa = (const float *)a, *fb = (const float *)b;
+  /* slot p starts as Hugging Face expert k_map[p], the router row p as row k_map[p] */
+  for (int p = 0; p < 4; p++) {
+    for (int e = 0; e < 6; e++)
+      assert_true(fb[p * 6 + e] == fa[k_map[p] * 6 + e]);
+    for (int e = 0; e < 3; e++)
+      assert_true(fb[64 + p * 3 + e] == fa[64 + k_map[p] * 3 + e]);
+  }
+  /* the moment gets distinct rows, then the arena goes to the HF order and back */
+  float *mb = (float *)(b + 512);
+  for (int i = 0; i < 12; i++)
+    mb[i] = (float)i;
+  unsigned char *c = malloc(768);
+  assert_non_null(c);
+  memcpy(c, b, 768);
+  assert_int_equal(xm_rt_placement_permute(&pl, c, 1, NULL), XM_OK);
+  const float *fc = (const float *)c;
+  assert_memory_equal(c, a, 256 + 48); /* experts and router: the identity's */
+  for (int p = 0; p < 4; p++)
+    for (int e = 0; e < 3; e++)
+      assert_true(fc[128 + k_map[p] * 3 + e] == (float)(p * 3 + e));
+  assert_int_equal(xm_rt_placement_permute(&pl, c, 0, NULL), XM_OK);
+  assert_memory_equal(c, b, 768);
+  /* the identity table moves nothing */
+  memcpy(c, a, 768);
+  assert_int_equal(xm_rt_placement_permute(&id, c, 1, NULL), XM_OK);
+  assert_memory_equal(c, a, 768);
+  /* dp2 ep2: EP rank r holds slots 2r, 2r+1 and draws them as their experts */
+  xm_rt_comm_layout_t l = {2, 1, 2, 2, 2};
+  for (int r = 0; r < 2; r++) {
+    xm_rt_tensor_t ts[PT_COUNT];
+    xm_rt_program_t sp = placed_program(ts, 1, 1);
+    xm_rt_rank_coords_t rc = coords(&l, r);
+    memset(c, 0, 768);
+    assert_int_equal(xm_rt_shard_init_params(&sp, &rc, 11, c, NULL), XM_OK);
+    for (int s = 0; s < 2; s++)
+      for (int e = 0; e < 6; e++)
+        assert_true(fc[s * 6 + e] == fa[k_map[2 * r + s] * 6 + e]);
+    assert_memory_equal(c + 256, b + 256, 48);
+  }
+  /* a placed entry whose dim 0 is not the experts is a bad entry */
+  tp[PT_GATE].dims[0] = 3;
+  xm_diag_t diag;
+  xm_diag_init(&diag);
+  assert_int_equal(xm_rt_placement_permute(&pl, c, 1, &diag), XM_ERR_INTERNAL);
+  assert_non_null(strstr(diag.entries[0].message, "placed"));
+  xm_diag_free(&diag);
+  free(a);
+  free(b);
+  free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_coords),      cmocka_unit_test(test_full_view),
       cmocka_unit_test(test_piece_math),  cmocka_unit_test(test_piece_round_trip),
       cmocka_unit_test(test_bad_entries), cmocka_unit_test(test_sliced_init),
+      cmocka_unit_test(test_placement),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

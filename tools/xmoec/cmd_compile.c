@@ -60,6 +60,7 @@
 #include "ir/text.h"
 #include "passes/pass.h"
 #include "passes/plan_memory.h"
+#include "planner/placement.h"
 #include "planner/plan.h"
 #include "support/diag.h"
 #include "support/sha256.h"
@@ -72,6 +73,7 @@ extern char **environ;
 typedef struct {
   const char *input;
   const char *cluster;
+  const char *placement; /* --placement FILE */
   const char *out_dir;
   const char *cc;
   const char *target; /* codegen/target.h; "cpu" when not given */
@@ -88,7 +90,7 @@ static void compile_usage(FILE *out) {
           "usage: xmoec compile MODEL.json [--cluster FILE] -o OUT [--no-build] [--cc CC]\n"
           "                     [--target cpu|hip|cuda] [--gpu-arch ARCH] [--emulate]\n"
           "                     [--dp N] [--tp N] [--ep N] [--ssmb] [--rbd] [--zero N]\n"
-          "                     [--ranks-per-node N] [--dispatch-bound B]\n"
+          "                     [--ranks-per-node N] [--dispatch-bound B] [--placement FILE]\n"
           "                     [--no-fuse] [--no-overlap] [--print-ir-after-all] [--timing]\n"
           "       xmoec compile --print-build-flags\n"
           "\n"
@@ -100,6 +102,9 @@ static void compile_usage(FILE *out) {
           "\n"
           "  -o OUT                 output folder (created if missing)\n"
           "  --cluster FILE         a cluster description checked with the spec\n"
+          "  --placement FILE       place the routed experts as FILE says (written by\n"
+          "                         `xmoec place`; docs/placement.md): which experts share\n"
+          "                         a node; checkpoints keep the Hugging Face numbering\n"
           "  --no-build             write the sources only\n"
           "  --cc CC                C compiler (default: XMOEC_CC or the build's)\n"
           "  --target T             code generation target: cpu (default: C calling the CPU\n"
@@ -234,6 +239,7 @@ static const xm_flag_t k_compile_flags[] = {
     {"--ranks-per-node", true},
     {"--dispatch-bound", true},
     {"--cluster", true},
+    {"--placement", true},
     {"--cc", true},
     {"--target", true},
     {"--gpu-arch", true},
@@ -260,6 +266,8 @@ static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *ou
       }
     } else if ((v = xm_arg_value(argc, argv, &i, "--cluster", &missing))) {
       a->cluster = v;
+    } else if ((v = xm_arg_value(argc, argv, &i, "--placement", &missing))) {
+      a->placement = v;
     } else if ((v = xm_arg_value(argc, argv, &i, "--cc", &missing))) {
       a->cc = v;
     } else if ((v = xm_arg_value(argc, argv, &i, "--target", &missing))) {
@@ -322,8 +330,10 @@ typedef struct compile compile_t;
 /* Everything one compile reads and produces. */
 struct compile {
   compile_args_t a;
-  char *spec_text, *cluster_text;
-  size_t spec_len, cluster_len;
+  char *spec_text, *cluster_text, *placement_text;
+  size_t spec_len, cluster_len, placement_len;
+  xm_placement_t placement; /* --placement: read and checked against the spec */
+  int64_t placed_rows;      /* rows of it that are not the identity */
   xm_spec_t spec;
   xm_layout_t layout; /* the spec's, with the flags applied; checked */
   xm_ir_module_t *m;
@@ -658,6 +668,7 @@ static char *manifest_text(const compile_t *c) {
   cJSON *inputs = cJSON_AddArrayToObject(o, "inputs");
   add_input(inputs, c->a.input, c->spec_text, c->spec_len);
   if (c->a.cluster) add_input(inputs, c->a.cluster, c->cluster_text, c->cluster_len);
+  if (c->a.placement) add_input(inputs, c->a.placement, c->placement_text, c->placement_len);
   add_names(o, "generated", k_generated, c->target->gpu ? 6 : 4);
   add_names(o, "built", k_built, c->a.no_build ? 0 : 1);
   cJSON_AddStringToObject(o, "pipeline", xm_strbuf_cstr(&c->pipeline));
@@ -711,6 +722,63 @@ static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
     st = XM_ERR_UNSUPPORTED;
   }
   return st;
+}
+
+/* --placement: the file read, checked against the spec (after the
+ * layout is known, for the note on its node count). */
+static xm_status_t load_placement(compile_t *c, xm_diag_t *diag) {
+  if (!c->a.placement) return XM_OK;
+  char why[160];
+  int err = xm_read_file(c->a.placement, &c->placement_text, &c->placement_len);
+  if (err) {
+    xm_diag_add(diag, XM_DIAG_ERROR, c->a.placement, NULL, "cannot read: %s",
+                xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
+    return XM_ERR_INVALID_INPUT;
+  }
+  XM_RETURN_IF_ERROR(xm_placement_parse(c->placement_text, c->placement_len, c->a.placement, diag,
+                                        &c->placement));
+  XM_RETURN_IF_ERROR(xm_placement_check(&c->placement, &c->spec, diag));
+  for (int64_t r = 0; r < c->placement.rows; r++)
+    if (!xm_placement_row_is_identity(&c->placement, r)) c->placed_rows++;
+  /* The node blocks of an EP group in this layout: a placement made for
+   * another count still trains the same, it only saves less. */
+  const xm_layout_t *l = &c->layout;
+  int64_t nodes = l->ranks_per_node > 0 && l->ep > l->ranks_per_node && l->ep % l->ranks_per_node == 0
+                      ? l->ep / l->ranks_per_node
+                      : 1;
+  if (c->placement.nodes > 0 && c->placement.nodes != nodes)
+    xm_diag_add(diag, XM_DIAG_WARNING, c->a.placement, "/nodes",
+                "made for EP groups over %lld nodes, but this layout's span %lld (ep %lld, %lld "
+                "ranks per node): it trains the same, with other inter-node traffic",
+                (long long)c->placement.nodes, (long long)nodes, (long long)l->ep,
+                (long long)l->ranks_per_node);
+  return XM_OK;
+}
+
+/* The placement as module attrs placement_layers, placement (one row of E
+ * experts per layer) and placement_nodes, which codegen emits into the
+ * program; identity rows are left out. */
+static void set_placement_attrs(compile_t *c) {
+  const xm_placement_t *pl = &c->placement;
+  if (c->placed_rows == 0) return;
+  int64_t E = pl->experts, n = 0;
+  int64_t *layers = calloc((size_t)c->placed_rows, sizeof *layers);
+  int64_t *slots = calloc((size_t)(c->placed_rows * E), sizeof *slots);
+  XM_ASSERT(layers && slots);
+  for (int64_t r = 0; r < pl->rows; r++) {
+    if (xm_placement_row_is_identity(pl, r)) continue;
+    layers[n] = pl->layer[r];
+    for (int64_t p = 0; p < E; p++)
+      slots[n * E + p] = pl->slots[r * E + p];
+    n++;
+  }
+  xm_ir_attr_t a = {.key = "placement_layers", .kind = XM_ATTR_INTS, .n = (int)n, .ints = layers};
+  xm_ir_module_set_attr(c->m, &a);
+  a = (xm_ir_attr_t){.key = "placement", .kind = XM_ATTR_INTS, .n = (int)(n * E), .ints = slots};
+  xm_ir_module_set_attr(c->m, &a);
+  xm_ir_module_set_int(c->m, "placement_nodes", pl->nodes);
+  free(layers);
+  free(slots);
 }
 
 /* No layout anywhere but a cluster: the planner's best configuration
@@ -866,6 +934,7 @@ static xm_status_t other_activations(compile_t *c, bool fuse, bool recompute, xm
 /* Graph, passes and the generated texts. */
 static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
   XM_RETURN_IF_ERROR(xm_ir_build_model(&c->spec, c->a.input, diag, &c->m));
+  set_placement_attrs(c);
   build_pipeline(c, !c->a.no_fuse, true, &c->pipeline);
   xm_pass_manager_options_t po;
   xm_pass_manager_options_default(&po);
@@ -1001,6 +1070,7 @@ static int compile(compile_t *c) {
   xm_status_t st = load_inputs(c, &diag);
   if (st == XM_OK) st = plan_layout(c, &diag);
   if (st == XM_OK) st = resolve_layout(c, &diag);
+  if (st == XM_OK) st = load_placement(c, &diag);
   if (st == XM_OK) {
     st = lower(c, &diag);
     /* The user never wrote the pipeline: show it, so that "pipeline:N"
@@ -1023,6 +1093,10 @@ static int compile(compile_t *c) {
   print_fusion(c);
   print_recompute(c);
   print_overlap(c);
+  if (c->a.placement)
+    printf("placement: %s: %lld of %lld listed MoE layers placed otherwise than the identity%s\n",
+           c->a.placement, (long long)c->placed_rows, (long long)c->placement.rows,
+           c->placed_rows ? "; checkpoints keep the Hugging Face expert numbering" : "");
   xm_strbuf_free(&report);
   int rc = write_outputs(c);
   if (rc || c->a.no_build) return rc;
@@ -1067,6 +1141,8 @@ int xm_cmd_compile(int argc, char **argv) {
   xm_ir_module_destroy(c->m);
   free(c->spec_text);
   free(c->cluster_text);
+  free(c->placement_text);
+  xm_placement_free(&c->placement);
   free(c);
   return rc;
 }

@@ -19,6 +19,7 @@ static const command_t k_commands[] = {
     {"opt", xm_cmd_opt, "run a pass pipeline over IR or MLIR text"},
     {"plan", xm_cmd_plan, "choose the parallel layout of a model on a cluster; compare systems"},
     {"fabric", xm_cmd_fabric, "time and price a model's training step on network topologies"},
+    {"place", xm_cmd_place, "place experts chosen together on one node, from a run's routing"},
     {"compile", xm_cmd_compile, "compile a model into a training program (OUT/train)"},
     {"inspect", xm_cmd_inspect, "read a compiled program: schedule, memory, collectives, traces"},
 };
