@@ -64,9 +64,9 @@ enum {
 #define UP_NAME "model.layers.0.mlp.experts.{e}.up_proj.weight"
 #define W(name, cat, rank, d0, d1, d2, off, bytes, init, std, param) \
   {name, cat, XM_RT_F32, rank, {d0, d1, d2}, 1, off, bytes, init, std, init != 0, param, 0, 0, 0, \
-   cat == XM_RT_CAT_GRADS}
+   cat == XM_RT_CAT_GRADS, 0}
 #define A(name, cat, dt, d0, d1, off, bytes) \
-  {name, cat, dt, d1 ? 2 : 0, {d0, d1}, 0, off, bytes, 0, 0.0f, 0, -1, 0, 0, 0, 0}
+  {name, cat, dt, d1 ? 2 : 0, {d0, d1}, 0, off, bytes, 0, 0.0f, 0, -1, 0, 0, 0, 0, 0}
 
 static const xm_rt_tensor_t k_tensors[T_COUNT] = {
   [T_EMBED]   = W("model.embed_tokens.weight", XM_RT_CAT_WEIGHTS, 2, V, H, 0, P_OFF(0), VH, XM_RT_INIT_NORMAL, 0.5f, -1),
