@@ -746,12 +746,15 @@ static xm_status_t load_placement(compile_t *c, xm_diag_t *diag) {
   int64_t nodes = l->ranks_per_node > 0 && l->ep > l->ranks_per_node && l->ep % l->ranks_per_node == 0
                       ? l->ep / l->ranks_per_node
                       : 1;
-  if (c->placement.nodes > 0 && c->placement.nodes != nodes)
+  if (c->placement.nodes > 0 && c->placement.nodes != nodes) {
+    char rpn[48] = "ranks per node unknown";
+    if (l->ranks_per_node > 0)
+      snprintf(rpn, sizeof rpn, "%lld ranks per node", (long long)l->ranks_per_node);
     xm_diag_add(diag, XM_DIAG_WARNING, c->a.placement, "/nodes",
-                "made for EP groups over %lld nodes, but this layout's span %lld (ep %lld, %lld "
-                "ranks per node): it trains the same, with other inter-node traffic",
-                (long long)c->placement.nodes, (long long)nodes, (long long)l->ep,
-                (long long)l->ranks_per_node);
+                "made for EP groups over %lld nodes, but this layout's span %lld (ep %lld, %s): "
+                "it trains the same, with other inter-node traffic",
+                (long long)c->placement.nodes, (long long)nodes, (long long)l->ep, rpn);
+  }
   return XM_OK;
 }
 

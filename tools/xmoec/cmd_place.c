@@ -176,22 +176,20 @@ static void print_text(const xm_place_result_t *r, const xm_routing_stats_t *s, 
          (long long)s->steps,
          r->sources ? "the sampled tokens' source nodes" : "a uniform source node (expectation)",
          r->max_imbalance);
-  printf("%6s %9s %9s %12s %12s %7s %12s %12s %9s %7s\n", "layer", "tokens", "samples", "rbd_ident",
-         "rbd_placed", "drop", "flat_ident", "flat_placed", "imbalance", "swaps");
+  printf("%6s %9s %9s %12s %12s %7s %12s %12s %9s %10s %6s\n", "layer", "tokens", "samples",
+         "rbd_ident", "rbd_placed", "drop", "flat_ident", "flat_placed", "imb_ident", "imb_placed",
+         "swaps");
   for (int64_t i = 0; i < r->num_layers; i++) {
     const xm_place_layer_t *l = &r->layers[i];
-    if (!l->predicted) {
-      printf("%6lld %9lld %9lld %12s %12s %7s %12s %12s %9.3f %7lld\n", (long long)l->layer,
-             (long long)l->tokens, (long long)l->samples, "-", "-", "-", "-", "-",
-             l->placed.imbalance, (long long)l->swaps);
-      continue;
-    }
+    printf("%6lld %9lld %9lld ", (long long)l->layer, (long long)l->tokens, (long long)l->samples);
     double a = l->identity.rbd_inter_rows, b = l->placed.rbd_inter_rows;
-    printf("%6lld %9lld %9lld %12.0f %12.0f %6.1f%% %12.0f %12.0f %9.3f %7lld%s\n",
-           (long long)l->layer, (long long)l->tokens, (long long)l->samples, a, b,
-           a > 0 ? 100.0 * (1 - b / a) : 0.0, l->identity.flat_inter_rows,
-           l->placed.flat_inter_rows, l->placed.imbalance, (long long)l->swaps,
-           l->changed ? "" : "  (identity kept)");
+    if (l->predicted)
+      printf("%12.0f %12.0f %6.1f%% %12.0f %12.0f ", a, b, a > 0 ? 100.0 * (1 - b / a) : 0.0,
+             l->identity.flat_inter_rows, l->placed.flat_inter_rows);
+    else
+      printf("%12s %12s %7s %12s %12s ", "-", "-", "-", "-", "-");
+    printf("%9.3f %10.3f %6lld%s\n", l->identity.imbalance, l->placed.imbalance,
+           (long long)l->swaps, l->changed ? "" : "  (identity kept)");
   }
   bool any = r->unpredicted < r->num_layers;
   printf("inter-node rows over the run, identity -> placed:\n");
