@@ -39,6 +39,7 @@ run() { # program args...
     --quiet "$@"
 }
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1); model $(basename "$spec"), 8 ranks, 4 nodes, ep8 rbd, $steps + $steps steps"
+start=$(date +%s.%N)
 "$xmoec" compile "$spec" -o "$work/ident" "${layout[@]}" >/dev/null 2>&1
 run ident --steps "$steps" --ckpt-dir "$work/ckpt" --log "$work/ident_a.jsonl" \
   --routing-stats "$work/stats.json"
@@ -51,9 +52,10 @@ t1=$(date +%s.%N)
 run placed --steps "$steps" --log "$work/placed_a.jsonl"
 run ident --steps $((2 * steps)) --resume "$work/ckpt" --log "$work/ident_b.jsonl"
 run placed --steps $((2 * steps)) --resume "$work/ckpt" --log "$work/placed_b.jsonl"
-python3 - "$work" "$t0" "$t1" <<'PY'
+python3 - "$work" "$t0" "$t1" "$start" <<'PY'
 import json, sys
-work, t0, t1 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+import time
+work, t0, t1, start = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 def rows(name):
     lines = [json.loads(l) for l in open(f"{work}/{name}")]
     return (sum(l["rbd"]["inter_rows"] for l in lines), sum(l["rbd"]["flat_inter_rows"] for l in lines),
@@ -73,5 +75,5 @@ print(f"out of sample (N+1..2N): measured {ib[0]} -> {qb[0]} ({1 - qb[0] / ib[0]
       f"dispatch would send {ib[1]} -> {qb[1]}")
 worst = max(abs(a - b) / abs(a) for a, b in zip(ia[2] + ib[2], qa[2] + qb[2]))
 print(f"losses: placed vs identity within {worst:.2g} (relative, every step)")
-print(f"xmoec place: {t1 - t0:.2f} s")
+print(f"xmoec place: {t1 - t0:.2f} s; the whole benchmark: {time.time() - start:.1f} s")
 PY
