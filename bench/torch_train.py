@@ -54,7 +54,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss_v = 0.0
         for tk, lb in R.batches(tokens, windows, a.seq, a.micro):
-            loss, _ = R.forward(cfg, p, tk, lb)
+            loss = R.forward(cfg, p, tk, lb)[0]
             (loss / a.accum).backward()
             loss_v += float(loss) / a.accum
         if st["grad_clip"] > 0:

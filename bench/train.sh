@@ -11,7 +11,10 @@
 # as a dropless loop) with the same number of threads. PyTorch runs with both
 # OpenMP wait policies and keeps its better figure. Achieved GFLOP/s uses the
 # FLOPs per token of `xmoec check` (forward + backward, causal attention) for
-# both. Needs a release build in build/ (bash scripts/test.sh --quick) and
+# both. PyTorch gets the OpenBLAS kernels out/train chose for itself (its
+# JSON summary's blas_core: out/train raises OpenBLAS's detection to the
+# CPU's level, docs/train.md "Threads and OpenBLAS"), unless
+# OPENBLAS_CORETYPE is set, which both then use. Needs a release build in build/ (bash scripts/test.sh --quick) and
 # Debian's python3-torch. The data is English text from the system.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +28,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 data="$work/text.txt"
 for f in /usr/share/common-licenses/*; do [[ -L "$f" ]] || cat "$f"; done >"$data"
 
+cores=""
 printf '%-12s %12s %10s %12s %10s %12s %8s\n' model "xmoec tok/s" "GFLOP/s" "torch tok/s" "GFLOP/s" "MFLOP/tok" ratio
 for spec in "$root/samples/tiny.json" "$root/bench/cpu-medium.json"; do
   name=$(basename "$spec" .json)
@@ -38,12 +42,13 @@ print(d["flops_per_token_fwdbwd"], d["training"]["micro_batch"],
   "$out/prog/train" --data "$data" --steps 0 --ckpt-dir "$out/c0" --quiet --progress never
   # Two untimed steps first (page faults, thread start), as for PyTorch.
   "$out/prog/train" --data "$data" --resume "$out/c0" --steps 2 --ckpt-dir "$out/c2" --quiet --progress never
-  ours=$(OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$out/prog/train" --data "$data" \
-    --resume "$out/c2" --steps $((steps + 2)) --json --progress never | /usr/bin/python3 -c \
-    'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
+  read -r ours core < <(OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$out/prog/train" \
+    --data "$data" --resume "$out/c2" --steps $((steps + 2)) --json --quiet --progress never |
+    /usr/bin/python3 -c 'import json,sys; d = json.load(sys.stdin); print(d["tokens_per_s"], d["blas_core"])')
+  cores="$cores $name:$core"
   best=0
   for policy in active passive; do
-    t=$(OMP_WAIT_POLICY=$policy /usr/bin/python3 "$root/bench/torch_train.py" "$out/c0/step-000000" "$data" \
+    t=$(OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$core} OMP_WAIT_POLICY=$policy /usr/bin/python3 "$root/bench/torch_train.py" "$out/c0/step-000000" "$data" \
       --steps "$steps" --micro "$micro" --accum "$accum" --seq "$seq" --threads "$threads" |
       /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
     best=$(/usr/bin/python3 -c "print(max($best, $t))")
@@ -52,4 +57,5 @@ print(d["flops_per_token_fwdbwd"], d["training"]["micro_batch"],
 o, t, f = $ours, $best, $flops
 print('%-12s %12.0f %10.2f %12.0f %10.2f %12.2f %7.2fx' % ('$name', o, o * f / 1e9, t, t * f / 1e9, f / 1e6, o / t))"
 done
-echo "threads per program: $threads; timed steps: $steps; $(nproc) cores"
+echo "threads per program: $threads; timed steps: $steps; $(nproc) cores; OpenBLAS kernels" \
+  "(both):$cores"

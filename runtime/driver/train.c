@@ -60,6 +60,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/io/data.h"
 #include "runtime/driver/progress.h"
+#include "runtime/driver/blas_core.h"
 #include "runtime/moe/rbd_exec.h"
 #include "runtime/moe/routing_stats.h"
 #include "runtime/io/rng.h"
@@ -77,14 +78,14 @@ typedef struct {
   int have_ctx;
   xm_rt_exec_t x;
   xm_rt_data_t *data;
-  xm_diag_t warnings; /* printed by rank 0 once MPI is up */
-  char *resume_path;  /* the resolved step directory; owned */
-  char *init_path;    /* --init-from's directory, resolved; owned */
+  xm_diag_t warnings;   /* printed by rank 0 once MPI is up */
+  char *resume_path;    /* the resolved step directory; owned */
+  char *init_path;      /* --init-from's directory, resolved; owned */
   xm_rt_backend_t *be;  /* the linked backend (xm_rt_backend_default) */
   int32_t *inputs_host; /* staging of tokens then labels for fill_inputs; owned */
-  xm_rt_rng_t rng;    /* run stream, saved in checkpoints */
-  int64_t step;       /* optimizer steps completed */
-  int64_t data_pos;   /* next training window (before wrapping) */
+  xm_rt_rng_t rng;      /* run stream, saved in checkpoints */
+  int64_t step;         /* optimizer steps completed */
+  int64_t data_pos;     /* next training window (before wrapping) */
   double last_loss, last_ce, last_mtp;
   int64_t last_saved; /* step of the last checkpoint written, or -1 */
   char *last_ckpt;    /* its directory; owned */
@@ -134,30 +135,33 @@ static void beat(trainer_t *t, int64_t s, int64_t m) {
  * embedding programs run in-process). XM_NO_REEXEC turns this off. */
 /* OpenBLAS too reads its kernel core once, when it loads, and Debian's
  * 0.3.21 takes the Intel Xeons of family 6 model 207 for "Prescott" (SSE3
- * kernels: SGEMM 55 instead of 300 GFLOP/s on 2 threads). Where the CPU and
- * the OS support AVX-512 (__builtin_cpu_supports checks CPUID and the
- * XGETBV state, so SkylakeX can never be a SIGILL) and the user set no core,
- * the same re-exec sets OPENBLAS_CORETYPE=SkylakeX (on Zen 4 OpenBLAS's own
- * choice, Cooperlake, has the same SGEMM kernels; docs/benchmarks.md). */
-static int want_blas_core(void) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  return !getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f");
-#else
-  return 0;
-#endif
+ * kernels: SGEMM 55 instead of 300 GFLOP/s on 2 threads). When the user
+ * set no core and the one the loaded library chose is below what the CPU
+ * and the OS support, the same re-exec sets OPENBLAS_CORETYPE to the
+ * oldest core of the CPU's level (runtime/driver/blas_core.h), and
+ * XM_BLAS_DETECTED to what it replaced, for the banner.
+ * XM_BLAS_TEST_DETECTED stands in for the library's detection, so that the
+ * tests can take this path on any machine. */
+static const char *want_blas_core(void) {
+  if (getenv("OPENBLAS_CORETYPE")) return NULL;
+  const char *detected = getenv("XM_BLAS_TEST_DETECTED");
+  if (!detected || !*detected) detected = xm_blas_core_running();
+  const char *pick = xm_blas_core_pick(detected, xm_blas_cpu_level());
+  if (pick && setenv(XM_BLAS_DETECTED_ENV, detected, 1) != 0) return NULL;
+  return pick;
 }
 
 static void maybe_reexec(char **argv) {
   if (!argv || !argv[0] || getenv("XM_NO_REEXEC")) return;
-  int omp = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"), blas = want_blas_core();
-  if (!omp && !blas) return;
   int inited = 0;
   MPI_Initialized(&inited);
   if (inited) return;
+  int omp = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
+  const char *blas = want_blas_core();
+  if (!omp && !blas) return;
   if (omp && setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
   if (omp && !getenv("KMP_BLOCKTIME") && setenv("KMP_BLOCKTIME", "0", 1) != 0) return;
-  if (blas && setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) != 0) return;
+  if (blas && setenv("OPENBLAS_CORETYPE", blas, 1) != 0) return;
   execv("/proc/self/exe", argv);
   /* exec failed: go on with the default policy. */
 }
@@ -206,8 +210,7 @@ static xm_status_t check_program(const xm_rt_program_t *p, const char *prog, FIL
     }
   }
   if (why) {
-    fprintf(err, "%s: internal error: the program's tensor table is inconsistent: %s\n", prog,
-            why);
+    fprintf(err, "%s: internal error: the program's tensor table is inconsistent: %s\n", prog, why);
     return XM_ERR_INTERNAL;
   }
   return XM_OK;
@@ -245,8 +248,8 @@ static xm_status_t resolve_checkpoint(const char *dir, const char *prog, FILE *e
     while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
       text[--len] = '\0';
     if (len == 0 || strchr(text, '/')) {
-      fprintf(err, "%s: error: %s/latest: expected the name of a step directory, got '%s'\n",
-              prog, dir, text);
+      fprintf(err, "%s: error: %s/latest: expected the name of a step directory, got '%s'\n", prog,
+              dir, text);
       free(text);
       return XM_ERR_INVALID_INPUT;
     }
@@ -289,7 +292,8 @@ static xm_status_t prepare(trainer_t *t, int argc, char **argv, FILE *err) {
   }
   xm_diag_free(&diag);
   XM_RETURN_IF_ERROR(st);
-  if (t->o.resume) XM_RETURN_IF_ERROR(resolve_checkpoint(t->o.resume, t->prog, err, &t->resume_path));
+  if (t->o.resume)
+    XM_RETURN_IF_ERROR(resolve_checkpoint(t->o.resume, t->prog, err, &t->resume_path));
   if (t->o.init_from)
     XM_RETURN_IF_ERROR(resolve_checkpoint(t->o.init_from, t->prog, err, &t->init_path));
   return XM_OK;
@@ -509,8 +513,7 @@ static xm_status_t setup_transport(trainer_t *t) {
 static xm_status_t init_params(trainer_t *t) {
   xm_diag_t diag;
   xm_diag_init(&diag);
-  xm_status_t st =
-      xm_rt_shard_init_params(t->p, &t->coords, t->o.seed, t->x.persist_host, &diag);
+  xm_status_t st = xm_rt_shard_init_params(t->p, &t->coords, t->o.seed, t->x.persist_host, &diag);
   if (st == XM_OK) persist_upload(t);
   if (st != XM_OK) xm_diag_print(&diag, stderr);
   xm_diag_free(&diag);
@@ -720,8 +723,8 @@ static void check_tp_inputs(trainer_t *t, const int32_t *inputs, int64_t n, int 
                 "the %s windows from %" PRId64 " differ between the ranks of tensor-parallel "
                 "group %d..%d, which must read the same data: is --data %s the same file on "
                 "every node?",
-                eval ? "evaluation" : "training", first, g->members[0],
-                g->members[g->size - 1], t->o.data);
+                eval ? "evaluation" : "training", first, g->members[0], g->members[g->size - 1],
+                t->o.data);
   struct timespec ts = {3, 0};
   nanosleep(&ts, NULL);
   MPI_Abort(MPI_COMM_WORLD, 1);
@@ -756,7 +759,6 @@ static void fill_inputs(trainer_t *t, int eval, int64_t first) {
   x->be->copy_h2d(x->be, tensor_ptr(t, p->tokens), tok, (size_t)n * sizeof *tok, x->stream);
   x->be->copy_h2d(x->be, tensor_ptr(t, p->labels), lab, (size_t)n * sizeof *lab, x->stream);
 }
-
 
 /* Gradient and load accumulators: what micro writes into the persistent
  * arena. Evaluation runs micro (forward and backward) but never step, so it
@@ -867,8 +869,7 @@ static void print_eval(const trainer_t *t) {
  * data_pos (a global position): DP group d takes micro-batches
  * d * grad_accum .. (d + 1) * grad_accum - 1 of them, its TP ranks alike.
  * With dp 1 this is the 1-rank order. Returns the mean losses of this rank. */
-static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double *ce,
-                       double *mtp) {
+static void train_step(trainer_t *t, int64_t s, double lr, double *loss, double *ce, double *mtp) {
   const xm_rt_program_t *p = t->p;
   t->x.lr = (float)lr;
   t->x.step = s;
@@ -1073,8 +1074,8 @@ static xm_status_t train_loop(trainer_t *t) {
               strerror(werr));
     int merr = matrix && (fflush(matrix) != 0 || ferror(matrix)) ? (errno ? errno : EIO) : 0;
     if (merr)
-      fprintf(stderr, "%s: error: %s: cannot write the traffic file: %s\n", t->prog,
-              t->o.traffic, strerror(merr));
+      fprintf(stderr, "%s: error: %s: cannot write the traffic file: %s\n", t->prog, t->o.traffic,
+              strerror(merr));
     xm_status_t wst = agree(t, werr || merr ? XM_ERR_IO : XM_OK); /* rank 0 writes them */
     if (st == XM_OK) st = wst;
     if (st == XM_OK && t->o.save_every && s % t->o.save_every == 0) st = save_checkpoint(t);
@@ -1084,16 +1085,15 @@ static xm_status_t train_loop(trainer_t *t) {
   if (st == XM_OK && routing) {
     xm_diag_t diag;
     xm_diag_init(&diag);
-    st = xm_rt_routing_stats_write(routing, t->comm, t->o.routing_stats, t->step - first + 1,
-                                   &diag);
+    st =
+        xm_rt_routing_stats_write(routing, t->comm, t->o.routing_stats, t->step - first + 1, &diag);
     if (t->ctx.rank == 0) xm_diag_print(&diag, stderr);
     xm_diag_free(&diag);
   }
   xm_rt_routing_stats_free(routing);
   int ferr = xm_rt_progress_finish(&pr);
   if (ferr)
-    fprintf(stderr, "%s: error: %s: cannot write the log: %s\n", t->prog, t->o.log,
-            strerror(ferr));
+    fprintf(stderr, "%s: error: %s: cannot write the log: %s\n", t->prog, t->o.log, strerror(ferr));
   xm_status_t fst = agree(t, ferr ? XM_ERR_IO : XM_OK);
   if (st == XM_OK) st = fst;
   if (st == XM_OK && t->trace) {
@@ -1164,6 +1164,11 @@ static void write_summary(const trainer_t *t, int64_t first) {
       xm_strbuf_puts(&b, ",\"eval_loss\":");
       xm_rt_put_json_number(&b, t->eval_loss);
     }
+    const char *core = xm_blas_core_running();
+    if (core) {
+      xm_strbuf_puts(&b, ",\"blas_core\":");
+      xm_strbuf_put_quoted(&b, core);
+    }
     if (t->last_traffic) xm_strbuf_printf(&b, ",%s", t->last_traffic); /* the last step's */
     xm_strbuf_puts(&b, "}\n");
     fputs(xm_strbuf_cstr(&b), stdout);
@@ -1208,6 +1213,9 @@ static void print_banner(const trainer_t *t, int threads) {
           l->dp, l->tp, l->ep, p->zero, p->ssmb ? " ssmb" : "", p->rbd ? " rbd" : "", l->world,
           l->world == 1 ? "" : "s", l->ranks_per_node);
   if (t->comm->transport) fprintf(stderr, "%s: %s\n", t->prog, t->comm->transport->line);
+  char blas[256];
+  xm_blas_core_describe(blas, sizeof blas);
+  if (blas[0]) fprintf(stderr, "%s: BLAS: %s\n", t->prog, blas);
   if (t->resume_path)
     fprintf(stderr, "%s: resuming from %s at step %" PRId64 "\n", t->prog, t->resume_path, t->step);
   if (t->init_path)
@@ -1223,7 +1231,8 @@ static void print_banner(const trainer_t *t, int threads) {
  * so the lowest one that is alive speaks first and its exit ends the job. */
 static void *watchdog_main(void *arg) {
   trainer_t *t = arg;
-  long long limit_ms = (long long)t->o.timeout * 1000 + (t->ctx.rank < 10 ? t->ctx.rank : 10) * 1000;
+  long long limit_ms =
+      (long long)t->o.timeout * 1000 + (t->ctx.rank < 10 ? t->ctx.rank : 10) * 1000;
   while (!t->watch_stop) {
     struct timespec ts = {0, 200 * 1000 * 1000};
     nanosleep(&ts, NULL);
@@ -1235,7 +1244,9 @@ static void *watchdog_main(void *arg) {
       snprintf(where, sizeof where, "micro-batch %lld of step %lld", m + 1, t->beat_step + 0);
     else
       snprintf(where, sizeof where, "%s of step %lld",
-               m == -1 ? "the optimizer" : m == -2 ? "the checkpoint" : "the evaluation",
+               m == -1   ? "the optimizer"
+               : m == -2 ? "the checkpoint"
+                         : "the evaluation",
                t->beat_step + 0);
     char msg[400];
     int n = snprintf(msg, sizeof msg,

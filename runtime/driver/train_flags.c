@@ -393,10 +393,20 @@ static int check_combinations(const xm_rt_program_t *p, const char *prog, const 
     flag_error(err, prog, "--save-every", "needs --ckpt-dir DIR");
     problems++;
   }
-  static const flag_id_t training_only[] = {F_STEPS, F_LR,      F_WARMUP,   F_SCHEDULE,
-                                            F_WD,    F_CLIP,    F_CKPT_DIR, F_SAVE_EVERY,
-                                            F_LOG,   F_TRAFFIC, F_TRACE,    F_TRACE_STEPS,
-                                            F_ROUTING_STATS, F_ROUTING_SAMPLES};
+  static const flag_id_t training_only[] = {F_STEPS,
+                                            F_LR,
+                                            F_WARMUP,
+                                            F_SCHEDULE,
+                                            F_WD,
+                                            F_CLIP,
+                                            F_CKPT_DIR,
+                                            F_SAVE_EVERY,
+                                            F_LOG,
+                                            F_TRAFFIC,
+                                            F_TRACE,
+                                            F_TRACE_STEPS,
+                                            F_ROUTING_STATS,
+                                            F_ROUTING_SAMPLES};
   for (size_t k = 0; o->eval && k < sizeof training_only / sizeof *training_only; k++)
     if (seen[training_only[k]]) {
       flag_error(err, prog, k_flags[training_only[k]].name, "has no effect with --eval");
@@ -457,8 +467,9 @@ void xm_rt_train_print_usage(FILE *out, const char *prog, const xm_rt_program_t 
   }
   int64_t dp = program->dp > 0 ? program->dp : 1, tp = program->tp > 0 ? program->tp : 1;
   int64_t ep = program->ep > 0 ? program->ep : 1;
-  fprintf(out, "\nCompiled for dp %" PRId64 " x tp %" PRId64 " = %" PRId64 " rank%s (ep %" PRId64
-               "%s%s%s)",
+  fprintf(out,
+          "\nCompiled for dp %" PRId64 " x tp %" PRId64 " = %" PRId64 " rank%s (ep %" PRId64
+          "%s%s%s)",
           dp, tp, dp * tp, dp * tp == 1 ? "" : "s", ep, program->ssmb ? ", ssmb" : "",
           program->rbd ? ", rbd" : "", program->zero ? ", zero1" : "");
   if (program->ranks_per_node > 0) fprintf(out, ", %d per node", program->ranks_per_node);
@@ -474,12 +485,15 @@ void xm_rt_train_print_usage(FILE *out, const char *prog, const xm_rt_program_t 
           "among its ranks)\n"
           "  OMP_WAIT_POLICY, GOMP_SPINCOUNT, KMP_BLOCKTIME  OpenMP's spin-wait (default: a "
           "short spin)\n"
-          "  OPENBLAS_CORETYPE=T    OpenBLAS's kernels (default: SkylakeX where the CPU has "
-          "AVX-512)\n"
+          "  OPENBLAS_CORETYPE=T    OpenBLAS's kernels (default: OpenBLAS's detection, raised "
+          "to the CPU's level\n"
+          "                         when it chose less, e.g. SkylakeX for a Xeon it takes for "
+          "Prescott)\n"
           "  XM_NO_REEXEC=1         do not re-execute to apply the two defaults above\n"
           "  XM_CKPT_SHARD_BYTES=N, XM_CKPT_RENAME_EXCHANGE=0  checkpoint shard size and the "
           "save's exchange step (docs/checkpoints.md)\n"
-          "  XM_EMU_SCHEDULE, XM_FAULT  tests only (the emulated GPU, fault injection)\n");
+          "  XM_EMU_SCHEDULE, XM_FAULT, XM_BLAS_TEST_DETECTED  tests only (the emulated GPU, fault "
+          "injection)\n");
   fprintf(out, "\nExit codes: 0 success, 1 runtime failure, 2 bad flags or data. "
                "See docs/train.md.\n");
 }
