@@ -43,7 +43,8 @@
 
 /* ---- documented constants (docs/cost-model.md, "Constants") ------------------ */
 
-#define ALIGN_BYTES 64.0                      /* the memory plan's alignment */
+#define ALIGN_BYTES 64.0 /* the memory plan's alignment */
+#define XMOEC_BF16_KEPT_BYTES 3.0
 #define FIXED_OVERHEAD (1024.0 * 1024 * 1024) /* context, kernels, library workspaces */
 #define MACHINE_BALANCE 150.0                 /* peak FLOP/s per byte/s of device memory */
 #define DS_BUCKET_ELEMS 5e8                   /* DeepSpeed reduce/allgather bucket default */
@@ -152,8 +153,7 @@ static xm_net_family_t net_family(const family_t *f) {
 }
 
 /* Bytes from the residues (exact, as the runtime counts them); no time. */
-static coll_t ring_bytes(const xm_net_t *net, const family_t *f, xm_net_coll_t kind,
-                         double bytes) {
+static coll_t ring_bytes(const xm_net_t *net, const family_t *f, xm_net_coll_t kind, double bytes) {
   coll_t out = {0, 0, 0};
   if (f->size < 2 || !(bytes > 0)) return out;
   for (int i = 0; i < f->nres; i++) {
@@ -225,6 +225,10 @@ typedef struct {
   bool router_full; /* the router runs on all T tokens of the TP group */
   /* sizes */
   double ab, wb, gb, ob; /* bytes: activation, weight, gradient elements; optimizer per element */
+  double cb;             /* bytes per element of the weights' working copy in the activations
+                            (xmoec bf16: the compiled program's bf16 casts), else 0 */
+  double kb;             /* bytes per activation element kept for the backward (ab, but for
+                            xmoec bf16 the mean of its f32 values and their bf16 casts) */
   double Tm;             /* tokens an MoE block dispatches per rank */
   double Tr;             /* tokens the router scores per rank */
   double Ts;             /* tokens the shared experts see per rank */
@@ -274,8 +278,7 @@ static void record(const cx_t *c, xm_cost_comm_t cat, const char *phase, const f
 }
 
 static void record_ring(const cx_t *c, xm_cost_comm_t cat, const char *phase, const family_t *f,
-                        xm_net_coll_t kind, double bytes, coll_t cl, double calls,
-                        bool per_micro) {
+                        xm_net_coll_t kind, double bytes, coll_t cl, double calls, bool per_micro) {
   if (bytes > 0) record(c, cat, phase, f, false, kind, bytes, 0, 0, calls, per_micro, cl.seconds);
 }
 
@@ -434,6 +437,21 @@ static xm_status_t setup(cx_t *c, const xm_spec_t *s, const xm_net_t *net,
   c->wb = c->ab;
   c->gb = c->ab;
   c->ob = f32 ? 8 : 12;
+  c->cb = 0;
+  c->kb = c->ab;
+  /* What `xmoec compile` builds for bf16 (passes/mixed_precision.c): f32
+   * master weights and f32 gradients in the persistent arena, m and v
+   * (8 bytes, sharded by ZeRO-1), and each GEMM weight cast to bf16 once
+   * per micro-batch, the copy alive from its forward GEMM to its last
+   * backward one: 2 bytes per element in the activation arena. */
+  if (!f32 && c->pol == XM_POLICY_XMOEC) {
+    c->wb = 4;
+    c->gb = 4;
+    c->ob = 8;
+    c->cb = 2;
+    c->ab = 4;
+    c->kb = XMOEC_BF16_KEPT_BYTES;
+  }
 
   /* Tokens per rank in each part of an MoE layer. */
   c->Tm = c->ssmb || c->ted ? (double)c->T / (double)c->tp : (double)c->T;
@@ -543,16 +561,18 @@ static void attention_tensors(const cx_t *c, table_t *tb, double n) {
     if (m->q_lora_rank > 0) {
       add_tensor(c, tb, H * (double)m->q_lora_rank, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
       add_tensor(c, tb, (double)m->q_lora_rank, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
-      add_tensor(c, tb, (double)m->q_lora_rank * hd * qk, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+      add_tensor(c, tb, (double)m->q_lora_rank * hd * qk, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1,
+                 XM_GROUP_DP, true);
     } else {
       add_tensor(c, tb, H * hd * qk, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
     }
-    add_tensor(c, tb, H * (double)(m->kv_lora_rank + m->qk_rope_head_dim), n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP,
-               true);
+    add_tensor(c, tb, H * (double)(m->kv_lora_rank + m->qk_rope_head_dim), n, -1, 1, XM_GROUP_DP,
+               -1, XM_GROUP_DP, true);
     add_tensor(c, tb, (double)m->kv_lora_rank, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
     add_tensor(c, tb, (double)m->kv_lora_rank * hd * (double)(m->qk_nope_head_dim + m->v_head_dim),
                n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
-    add_tensor(c, tb, hd * (double)m->v_head_dim * H, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+    add_tensor(c, tb, hd * (double)m->v_head_dim * H, n, XM_GROUP_TP, tp, XM_GROUP_DP, -1,
+               XM_GROUP_DP, true);
     return;
   }
   double qd = (double)(c->heads * c->D), kvd = (double)(c->kvh * c->D);
@@ -575,15 +595,17 @@ static void build_table(const cx_t *c, table_t *tb) {
   const xm_spec_t *s = c->s;
   double H = (double)c->H, tp = (double)c->tp, L = (double)c->L;
   tb->n = 0;
-  add_tensor(c, tb, (double)c->V * H, s->model.tied_embeddings ? 1 : 2, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP,
-             true);
+  add_tensor(c, tb, (double)c->V * H, s->model.tied_embeddings ? 1 : 2, -1, 1, XM_GROUP_DP, -1,
+             XM_GROUP_DP, true);
   /* final + per-layer norms, and each MTP module's enorm, hnorm and
    * shared_head.norm */
   add_tensor(c, tb, H, 1 + 2 * L + 3 * (double)c->mtp, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
-  add_tensor(c, tb, 2 * H * H, (double)c->mtp, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true); /* eh_proj */
+  add_tensor(c, tb, 2 * H * H, (double)c->mtp, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP,
+             true); /* eh_proj */
   attention_tensors(c, tb, L);
   if (c->Ldense > 0)
-    add_tensor(c, tb, (double)c->Fd * H, 3 * (double)c->Ldense, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+    add_tensor(c, tb, (double)c->Fd * H, 3 * (double)c->Ldense, XM_GROUP_TP, tp, XM_GROUP_DP, -1,
+               XM_GROUP_DP, true);
   if (c->Lmoe == 0) return;
   double n = (double)c->Lmoe;
   add_tensor(c, tb, (double)c->E * H, n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true); /* router */
@@ -596,16 +618,18 @@ static void build_table(const cx_t *c, table_t *tb) {
   double parts = (double)c->ep * (c->ted ? tp : 1);
   int rg = edp ? XM_GROUP_EDP : XM_GROUP_DP;
   if (c->ep > 1 || c->ted) {
-    add_tensor(c, tb, (double)c->E * (double)c->Fe * H, mats * n, c->ep > 1 ? XM_GROUP_EP : XM_GROUP_TP, parts,
-               rg, -1, rg, true);
+    add_tensor(c, tb, (double)c->E * (double)c->Fe * H, mats * n,
+               c->ep > 1 ? XM_GROUP_EP : XM_GROUP_TP, parts, rg, -1, rg, true);
   } else {
     add_tensor(c, tb, (double)c->E * (double)c->Fe * H, mats * n, -1, 1, rg, -1, rg, true);
   }
   if (c->Fs > 0) {
     if (c->shared_split || c->ted)
-      add_tensor(c, tb, (double)c->Fs * H, 3 * n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP, true);
+      add_tensor(c, tb, (double)c->Fs * H, 3 * n, XM_GROUP_TP, tp, XM_GROUP_DP, -1, XM_GROUP_DP,
+                 true);
     else if (c->ssmb) /* computed on this rank's token slice: partial over TP */
-      add_tensor(c, tb, (double)c->Fs * H, 3 * n, -1, 1, XM_GROUP_DP, XM_GROUP_TP, XM_GROUP_DP, true);
+      add_tensor(c, tb, (double)c->Fs * H, 3 * n, -1, 1, XM_GROUP_DP, XM_GROUP_TP, XM_GROUP_DP,
+                 true);
     else
       add_tensor(c, tb, (double)c->Fs * H, 3 * n, -1, 1, XM_GROUP_DP, -1, XM_GROUP_DP, true);
   }
@@ -636,6 +660,18 @@ static void table_memory(const cx_t *c, const table_t *tb, xm_cost_t *o, double 
   o->weights = w;
   o->grads = g;
   o->optimizer = opt;
+  /* The bf16 working copies: every trained matrix but an untied embedding
+   * table (a lookup, not a GEMM); norms and biases are vectors, also
+   * copied where a GEMM reads them, and left out (under 0.1%). Under full
+   * recompute a layer's casts are forward ops the pass runs again, so only
+   * the layer being rebuilt holds its copies (the layers' mean), besides
+   * the LM head's. */
+  if (c->cb > 0) {
+    double head = (double)c->V * (double)c->H, mats = gel - head;
+    if (mats < 0) mats = 0;
+    if (c->pt.recompute == XM_RECOMPUTE_FULL && c->L > 0) mats /= (double)c->L;
+    o->activations += c->cb * (mats + head);
+  }
   *out_params = params;
   *out_grad_elems = gel;
 }
@@ -660,7 +696,7 @@ static double attention_saved(const cx_t *c) {
 /* Bytes of one MoE block kept for the backward; `ffn` gets the expert FFN
  * intermediates among them (what recompute "moe" drops). */
 static double moe_saved_bytes(const cx_t *c, double *ffn) {
-  double H = (double)c->H, k = (double)c->k, E = (double)c->E, ab = c->ab;
+  double H = (double)c->H, k = (double)c->k, E = (double)c->E, ab = c->kb;
   double N = c->Tm * k;
   int nm = c->s->moe.activation == XM_ACT_GELU ? 2 : 3;
   double b = c->Tr * E * 4 + 2 * c->Tr * k * 4;     /* scores (fp32), expert ids, weights */
@@ -668,22 +704,29 @@ static double moe_saved_bytes(const cx_t *c, double *ffn) {
   if (c->ssmb) b += c->Tm * H * ab + c->Tm * k * 4; /* this rank's token slice */
   if (c->masks) b += c->Tm * E * c->C * 5;          /* combine weights fp32 + dispatch mask */
   *ffn = c->rows_buf * c->fe_local * nm * ab;
-  b += c->rows_buf * H * ab + *ffn; /* expert input rows, FFN intermediates */
+  b += *ffn; /* expert FFN intermediates */
+  if (c->Fs > 0) {
+    double fs = c->shared_split || c->ted ? (double)c->Fs / (double)c->tp : (double)c->Fs;
+    b += 3 * c->Ts * fs * ab;
+  }
+  /* xmoec with its experts local (ep 1): fuse-permute-gemm reads the
+   * tokens through the slot index and combines in the down GEMM's
+   * epilogue, so neither the gathered rows nor the expert output exist. */
+  if (c->pol == XM_POLICY_XMOEC && c->ep == 1) return b;
+  /* The expert input rows (under xmoec bf16 their bf16 cast: the GEMMs
+   * read it, and the f32 rows as received die with the cast). */
+  b += c->rows_buf * H * (c->cb > 0 ? c->cb : ab);
   /* The expert output the combine's backward reads: xmoec's flat EP keeps
    * the rows returned to the source, RBD and one rank the expert-side rows. */
   if (c->pft && c->ep > 1 && !c->rbd && c->pol == XM_POLICY_XMOEC)
     b += N * H * ab;
   else
     b += (c->ted ? c->rows_buf / (double)c->tp : c->rows_buf) * H * ab;
-  if (c->Fs > 0) {
-    double fs = c->shared_split || c->ted ? (double)c->Fs / (double)c->tp : (double)c->Fs;
-    b += 3 * c->Ts * fs * ab;
-  }
   return b;
 }
 
 static void activation_memory(const cx_t *c, xm_cost_t *o, double grad_elems) {
-  double T = (double)c->T, H = (double)c->H, V = (double)c->V, ab = c->ab;
+  double T = (double)c->T, H = (double)c->H, V = (double)c->V, ab = c->kb;
   double attn = attention_saved(c) * ab;
   double dense = c->Ldense > 0 ? attn + 3 * T * (double)c->Fd / (double)c->tp * ab : 0;
   double ffn = 0, moe = c->Lmoe > 0 ? attn + moe_saved_bytes(c, &ffn) : 0;
@@ -730,7 +773,7 @@ static void activation_memory(const cx_t *c, xm_cost_t *o, double grad_elems) {
     if (c->padded)
       rows = 2 * c->rows_buf; /* received, regrouped */
     else if (c->ep == 1)
-      rows = 2 * N; /* gathered rows' gradient */
+      rows = c->pol == XM_POLICY_XMOEC ? 0 : 2 * N; /* gathered rows' gradient (fused: none) */
     else if (c->rbd)
       rows = c->rows_buf + N; /* drows, dx rows */
     else
@@ -743,12 +786,14 @@ static void activation_memory(const cx_t *c, xm_cost_t *o, double grad_elems) {
    * for its backward) are reported as buffers, the rest as activations:
    * every MoE layer's without full recompute, one layer's (the one being
    * rebuilt) with it. */
-  double recv = c->ep > 1 && c->Lmoe > 0 ? c->rows_buf * H * ab : 0;
+  double recv = c->ep > 1 && c->Lmoe > 0 ? c->rows_buf * H * (c->cb > 0 ? c->cb : ab) : 0;
+  /* xmoec bf16: one layer's f32 rows as received, alive until the cast. */
+  if (c->cb > 0 && c->Lmoe > 0) ws += c->rows_buf * H * c->ab;
   if (c->pt.recompute == XM_RECOMPUTE_FULL)
     recv = moe >= dense ? recv : 0;
   else
     recv *= (double)c->Lmoe;
-  o->activations = saved + ws - recv;
+  o->activations += saved + ws - recv;
 
   /* Buffers outside the memory plan: gradient-reduction buckets of the
    * DeepSpeed-based policies and of PyTorch DDP (tutel); xmoec reduces the
@@ -920,8 +965,8 @@ static void tp_comm(const cx_t *c, bool recompute_fwd, comm_t *cm) {
   const xm_model_spec_t *m = &c->s->model;
   if (m->attention == XM_ATTN_MLA) {
     bwd_blocks -= (double)c->L;
-    double width = (double)(m->q_lora_rank > 0 ? m->q_lora_rank : c->H) +
-                   (double)m->kv_lora_rank + (double)m->qk_rope_head_dim;
+    double width = (double)(m->q_lora_rank > 0 ? m->q_lora_rank : c->H) + (double)m->kv_lora_rank +
+                   (double)m->qk_rope_head_dim;
     coll_t mla = ring_family(c->net, f, XM_NET_ALL_REDUCE, T * width * ab);
     add_coll(&cm->ar_intra, &cm->ar_inter, mla, (double)c->L);
     cm->t_tp += (double)c->L * mla.seconds;

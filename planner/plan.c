@@ -89,7 +89,7 @@ typedef struct {
   xm_policy_t policy;
   unsigned recompute_mask;
   const xm_cost_routing_t *routing;
-  int64_t dispatch_bound;           /* xm_cost_point_t's (0: default) */
+  int64_t dispatch_bound; /* xm_cost_point_t's (0: default) */
   xm_net_t net;
   double device_bytes, peak_flops, gemm_eff;
   xm_diag_t scratch;
@@ -496,7 +496,8 @@ xm_status_t xm_plan_max_model(const xm_spec_t *spec, xm_policy_t policy, xm_diag
   memset(out, 0, sizeof *out);
   out->policy = policy;
   xm_spec_t member, lo_member, hi_member;
-  xm_plan_candidate_t cand, lo_best;
+  xm_plan_candidate_t cand, lo_best, hi_best;
+  memset(&hi_best, 0, sizeof hi_best);
   bool fits = false;
   double lo = 1.0, hi = 1.0;
   XM_RETURN_IF_ERROR(try_scale(spec, policy, 1.0, diag, &fits, &cand, &member));
@@ -506,7 +507,10 @@ xm_status_t xm_plan_max_model(const xm_spec_t *spec, xm_policy_t policy, xm_diag
     lo_member = member;
     for (hi = 2.0; hi <= max_scale; hi *= 2.0) {
       XM_RETURN_IF_ERROR(try_scale(spec, policy, hi, diag, &fits, &cand, &hi_member));
-      if (!fits) break;
+      if (!fits) {
+        hi_best = cand;
+        break;
+      }
       lo = hi;
       lo_best = cand;
       lo_member = hi_member;
@@ -523,11 +527,13 @@ xm_status_t xm_plan_max_model(const xm_spec_t *spec, xm_policy_t policy, xm_diag
   } else {
     /* Halve until a member fits. */
     hi_member = member;
+    hi_best = cand;
     for (lo = 0.5; lo >= min_scale; lo *= 0.5) {
       XM_RETURN_IF_ERROR(try_scale(spec, policy, lo, diag, &fits, &cand, &lo_member));
       if (fits) break;
       hi = lo;
       hi_member = lo_member;
+      hi_best = cand;
     }
     if (!fits) {
       out->scale = 0;
@@ -548,6 +554,7 @@ xm_status_t xm_plan_max_model(const xm_spec_t *spec, xm_policy_t policy, xm_diag
     } else {
       hi = mid;
       hi_member = member;
+      hi_best = cand;
     }
   }
   out->scale = lo;
@@ -555,5 +562,9 @@ xm_status_t xm_plan_max_model(const xm_spec_t *spec, xm_policy_t policy, xm_diag
   xm_count_t c;
   xm_count_params(&lo_member, &c);
   out->params = c.total;
+  out->limit_scale = hi;
+  out->limit = hi_best;
+  xm_count_params(&hi_member, &c);
+  out->limit_params = c.total;
   return XM_OK;
 }

@@ -78,6 +78,12 @@ typedef struct {
   double scale;   /* largest trainable member of the family */
   int64_t params; /* its parameter count */
   xm_plan_candidate_t best;
+  /* What stops it: the smallest member tried that does not fit (its scale
+   * and parameters, 0 when every member up to the bound fits) and that
+   * member's closest candidate (the smallest shortfall). */
+  double limit_scale;
+  int64_t limit_params;
+  xm_plan_candidate_t limit;
 } xm_plan_max_t;
 
 /* The largest member of the family that some configuration of `policy`

@@ -124,7 +124,20 @@ p = Strict()
 p.feed(page)
 p.close()
 assert not p.stack, f"html: unclosed {p.stack}"
-assert p.tags["svg"] == 4 and p.tags["html"] == 1 and p.tags["pre"] == 1, p.tags
+assert p.tags["svg"] == 5 and p.tags["html"] == 1 and p.tags["pre"] == 1, p.tags
+# The charts scale to the page (a viewBox, no fixed width).
+assert all("viewBox=" in svg and ' width="760"' not in svg
+           for svg in re.findall(r"<svg[^>]*>", page)), "html: a chart of fixed width"
+# The rank layout: every rank drawn once with its groups, as the layout
+# defines them (tp: consecutive ranks; ep: consecutive ranks, ep of them;
+# dp: the ranks of one tp index), numbered by their first rank.
+tp_n = {"one": 1, "two": 1, "four": 2}[name]
+ep_n = {"one": 1, "two": 2, "four": 4}[name]
+drawn = re.findall(r"<title>rank (\d+): tp group of rank (\d+), ep group of rank (\d+), "
+                   r"dp group of rank (\d+)</title>", page)
+assert sorted(int(r) for r, *_ in drawn) == list(range(world)), f"html: ranks drawn {drawn}"
+for r, t, e, d in (tuple(map(int, x)) for x in drawn):
+    assert (t, e, d) == (r // tp_n * tp_n, r // ep_n * ep_n, r % tp_n), f"html: rank {r}: {t} {e} {d}"
 for svg in re.findall(r"<svg.*?</svg>", page, re.S):
     xml.etree.ElementTree.fromstring(svg)  # each chart is well-formed SVG markup
 low = page.lower()

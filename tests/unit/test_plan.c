@@ -6,6 +6,7 @@
  * built tool when the test runs under ctest (XM_BINARY_DIR).
  */
 #define _POSIX_C_SOURCE 200809L /* popen */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,17 +113,17 @@ static void test_paper_models_frontier(void **state) {
   }
 }
 
-/* xmoec against the baselines on the paper models: the fastest plan of
- * every policy is never faster than xmoec's by more than 1%
- * (docs/cost-model.md). The 1%: xmoec's fused loss makes the LM head's
- * logits again in the backward (2 T H V more FLOPs, counted as recompute),
- * where the baselines write and read the [T, V] logits and their gradient,
- * memory traffic the FLOP-based compute model does not charge; on
- * xmoe-super that leaves xmoec 0.8% behind X-MoE. xmoec's
- * static arena bounds an MoE block's receive buffers by min(ep, B) times the
- * rows a rank sends where X-MoE allocates what arrives; the search tries
- * B = 4 and B = 2, which is what keeps it ahead at the EP degrees the
- * large models need. */
+/* xmoec against the baselines on the paper models. xmoec's policy costs
+ * what `xmoec compile` builds, and a bf16 program today keeps f32 master
+ * weights and f32 gradients whole on every rank (10 bytes per parameter
+ * before ZeRO-1 shards m and v, against DeepSpeed's 2 + 2 + 12 / dp) and
+ * sends f32 on the wire (its collectives read the f32 casts of the GEMM
+ * results), so the baselines modelled on DeepSpeed's bf16 layout fit
+ * smaller TP groups and move half the bytes: X-MoE is 1.3x to 1.75x faster
+ * in this model (docs/cost-model.md, Known differences). The checks:
+ * xmoec fits every paper model on Frontier, within 2x of X-MoE's step; on
+ * one layout both express, xmoec's dispatch moves exactly twice X-MoE's
+ * bytes; the capacity-padded baselines cannot fit the 545B model. */
 static void test_policies_on_paper_models(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof k_paper / sizeof k_paper[0]; i++) {
@@ -139,10 +140,27 @@ static void test_policies_on_paper_models(void **state) {
     const xm_plan_result_t *mine = &r[XM_POLICY_XMOEC];
     assert_int_equal(mine->chosen, 0);
     double t = mine->cands[0].cost.t_step;
-    for (int p = 0; p < XM_POLICY_COUNT; p++) {
-      if (r[p].chosen < 0) continue;
-      double other = r[p].cands[0].cost.t_step;
-      assert_true(t <= 1.01 * other);
+    assert_int_equal(r[XM_POLICY_XMOE].chosen, 0);
+    assert_true(t <= 2.0 * r[XM_POLICY_XMOE].cands[0].cost.t_step);
+    {
+      xm_net_t net;
+      double dev, peak, eff;
+      xm_cost_cluster(&spec.cluster, &net, &dev, &peak, &eff);
+      xm_cost_point_t p = {.layout = {.dp = 1024, .tp = 1, .ep = 8, .zero = 1, .ranks_per_node = 8},
+                           .recompute = XM_RECOMPUTE_FULL,
+                           .micro_batch = 1,
+                           .dispatch_bound = 4,
+                           .policy = XM_POLICY_XMOEC};
+      xm_cost_t a, b;
+      xm_diag_t d;
+      xm_diag_init(&d);
+      assert_int_equal(xm_cost_evaluate(&spec, &net, dev, peak, eff, &p, NULL, &d, &a), XM_OK);
+      p.policy = XM_POLICY_XMOE;
+      assert_int_equal(xm_cost_evaluate(&spec, &net, dev, peak, eff, &p, NULL, &d, &b), XM_OK);
+      xm_diag_free(&d);
+      double xa = a.bytes_dispatch_intra + a.bytes_dispatch_inter;
+      double xb = b.bytes_dispatch_intra + b.bytes_dispatch_inter;
+      assert_true(fabs(xa / xb - 2.0) < 1e-9);
     }
     /* The capacity-padded baselines cannot fit the 545B model at all. */
     if (i == 3) {
@@ -184,9 +202,11 @@ static void test_deepspeed_masks_cost_memory(void **state) {
     const xm_cost_t *ds = &c[XM_POLICY_DEEPSPEED_MOE];
     assert_true(ds->activations > c[XM_POLICY_XMOE].activations);
     assert_true(ds->activations > c[XM_POLICY_TUTEL].activations); /* the masks on top */
-    if (eps[i] == 1) assert_true(ds->activations > c[XM_POLICY_XMOEC].activations);
-    /* The dispatch mechanism does not change the parameters. */
-    assert_true(ds->weights == c[XM_POLICY_XMOEC].weights);
+    /* The dispatch mechanism does not change the parameters (xmoec's
+     * differ by precision: f32 master weights, test_policies_on_paper_models). */
+    assert_true(ds->weights == c[XM_POLICY_XMOE].weights);
+    assert_true(ds->weights == c[XM_POLICY_TUTEL].weights);
+    assert_true(c[XM_POLICY_XMOEC].weights == 2 * c[XM_POLICY_XMOE].weights);
   }
 }
 
@@ -210,8 +230,11 @@ static void test_mixtral_h200(void **state) {
 static void test_deepseek_v3_h200(void **state) {
   (void)state;
   xm_spec_t spec;
+  /* 512 H200s: with f32 master weights and gradients whole on every rank
+   * (what compile builds), 671B does not fit on the 128 of h200-128. */
   load("hf/deepseek-v3.json", "clusters/h200-128.json", &spec);
   spec.training.global_batch = 1024;
+  spec.cluster.nodes = 64;
   xm_plan_result_t r;
   search(&spec, XM_POLICY_XMOEC, &r);
   /* MLA trains; its plan is one compile can build. */
@@ -371,10 +394,9 @@ static void test_family_member(void **state) {
  * family on Frontier. What the cost model predicts, and why:
  * DeepSpeed-TED trains the largest (its experts are split over TP, so no
  * rank holds a whole expert and no expert is replicated over a TP group);
- * X-MoE trains a larger one than xmoec (xmoec's receive buffers are ep
- * times the rows sent, see test_policies_on_paper_models); xmoec a larger
- * one than DeepSpeed-MoE and Tutel (capacity padding, and DeepSpeed-MoE's
- * masks); Tutel at least DeepSpeed-MoE's (no masks). */
+ * X-MoE trains a larger one than xmoec (xmoec keeps f32 master weights
+ * and gradients whole, see test_policies_on_paper_models); Tutel at least
+ * DeepSpeed-MoE's (no masks). */
 static void test_max_model(void **state) {
   (void)state;
   xm_spec_t spec;
@@ -406,12 +428,12 @@ static void test_max_model(void **state) {
   }
   xm_diag_free(&d);
   /* TED splits expert weights over TP, which xmoec's runtime does not do
-   * (experts are whole under SSMB): it holds the largest model. xmoec holds
-   * at least what X-MoE holds (its search includes X-MoE's layouts with a
-   * dispatch bound of 2). */
+   * (experts are whole under SSMB): it holds the largest model. X-MoE,
+   * modelled on DeepSpeed's bf16 layout (2-byte weights and gradients),
+   * holds more than xmoec, which keeps f32 master weights and gradients
+   * whole (test_policies_on_paper_models). */
   assert_true(m[XM_POLICY_DEEPSPEED_TED].params > m[XM_POLICY_XMOEC].params);
-  assert_true(m[XM_POLICY_XMOEC].params >= m[XM_POLICY_XMOE].params);
-  assert_true(m[XM_POLICY_XMOEC].params > m[XM_POLICY_DEEPSPEED_MOE].params);
+  assert_true(m[XM_POLICY_XMOE].params > m[XM_POLICY_XMOEC].params);
   assert_true(m[XM_POLICY_TUTEL].params >= m[XM_POLICY_DEEPSPEED_MOE].params);
   /* Well past the spec itself (11B) on 1024 GCDs of 64 GiB. */
   assert_true(m[XM_POLICY_XMOEC].params > 100000000000LL);

@@ -76,84 +76,106 @@ typedef struct {
   const char *placement; /* --placement FILE */
   const char *out_dir;
   const char *cc;
-  const char *target; /* codegen/target.h; "cpu" when not given */
+  const char *target;   /* codegen/target.h; "cpu" when not given */
   const char *gpu_arch; /* --gpu-arch; NULL: the cluster's, else the target's default */
   bool print_after_all, timing, no_build, print_flags, no_fuse, no_overlap;
   bool emulate; /* GPU targets: build the kernels for the CPU emulation of the GPU */
   int64_t layout_value[XM_LAYOUT_RANKS_PER_NODE + 1]; /* by xm_layout_knob_t */
-  unsigned layout_given; /* bit 1 << xm_layout_knob_t per layout flag given */
+  unsigned layout_given;  /* bit 1 << xm_layout_knob_t per layout flag given */
   int64_t dispatch_bound; /* expert receive buffers: min(ep, this) x rows sent */
+  int64_t micro_batch;    /* --micro-batch; 0: the spec's (or the planner's) */
+  int64_t global_batch;   /* --global-batch; 0: the spec's */
+  int recompute;          /* --recompute as xm_recompute_t; -1: the spec's (or the planner's) */
+  bool force;             /* --force: build a program larger than the device memory */
 } compile_args_t;
 
 static void compile_usage(FILE *out) {
-  fprintf(out,
-          "usage: xmoec compile MODEL.json [--cluster FILE] -o OUT [--no-build] [--cc CC]\n"
-          "                     [--target cpu|hip|cuda] [--gpu-arch ARCH] [--emulate]\n"
-          "                     [--dp N] [--tp N] [--ep N] [--ssmb] [--rbd] [--zero N]\n"
-          "                     [--ranks-per-node N] [--dispatch-bound B] [--placement FILE]\n"
-          "                     [--no-fuse] [--no-overlap] [--print-ir-after-all] [--timing]\n"
-          "       xmoec compile --print-build-flags\n"
-          "\n"
-          "Builds the training program of a model: forward graph, autodiff, memory\n"
-          "plan and schedule, then C code in OUT/ (program.c, main.c, config.json,\n"
-          "model.xir, manifest.json), compiled with the runtime into OUT/train.\n"
-          "With dp*tp > 1 ranks the program is one rank's share: run it with\n"
-          "mpirun -np <dp*tp> OUT/train ... (docs/parallelism.md).\n"
-          "\n"
-          "  -o OUT                 output folder (created if missing)\n"
-          "  --cluster FILE         a cluster description checked with the spec\n"
-          "  --placement FILE       place the routed experts as FILE says (written by\n"
-          "                         `xmoec place`; docs/placement.md): which experts share\n"
-          "                         a node; checkpoints keep the Hugging Face numbering\n"
-          "  --no-build             write the sources only\n"
-          "  --cc CC                C compiler (default: XMOEC_CC or the build's)\n"
-          "  --target T             code generation target: cpu (default: C calling the CPU\n"
-          "                         kernels), hip (AMD GPUs: kernels specialised to the\n"
-          "                         plan in OUT/kernels.hip, built with hipcc) or cuda\n"
-          "                         (the same kernel text built with nvcc for NVIDIA)\n"
-          "  --gpu-arch ARCH        GPU architecture (hip: gfx90a by default, e.g. gfx942;\n"
-          "                         cuda: sm_90 by default, e.g. sm_90a); default the\n"
-          "                         cluster's gpu_arch\n"
-          "  --emulate              GPU targets: build OUT/train with the kernels compiled\n"
-          "                         for the CPU emulation of the GPU (runs anywhere, slowly;\n"
-          "                         the kernels' test bed)\n"
-          "  --no-fuse              keep the padding-free gather and combine, and the LM\n"
-          "                         head's logits, as separate kernels (no fuse-permute-gemm\n"
-          "                         and fuse-lm-head passes; for comparison)\n"
-          "  --no-overlap           run every collective in order on the compute stream (no\n"
-          "                         overlap-grad-reduce and overlap-moe-comm passes; for\n"
-          "                         comparison: the values are the same bit for bit)\n"
-          "  --print-ir-after-all   print the module to stderr after every pass\n"
-          "  --timing               per-pass time table on stderr\n"
-          "  --print-build-flags    print the compiler, flags and libraries used to\n"
-          "                         build a program (lines cc:, cflags:, libs:)\n"
-          "\n"
-          "Parallel layout (each flag overrides the spec's \"parallel\" section):\n"
-          "  --dp N                 data-parallel degree (N >= 1)\n"
-          "  --tp N                 tensor-parallel degree; world = dp*tp ranks\n"
-          "  --ep N                 expert-parallel degree (divides experts and dp*tp)\n"
-          "  --ssmb                 shard MoE blocks' tokens over the TP group\n"
-          "  --rbd                  redundancy-bypassing dispatch across nodes\n"
-          "  --zero N               ZeRO stage: 0, or 1 to shard optimizer states\n"
-          "  --ranks-per-node N     ranks per node (0: unknown; default the cluster's)\n"
-          "  --dispatch-bound B     expert all-to-all receive buffers hold min(ep, B) times\n"
-          "                         the rows a rank sends (default 4: exact up to ep 4);\n"
-          "                         a routing over it stops every rank with the size\n"
-          "With none of these and no \"parallel\" section, a cluster (--cluster or the\n"
-          "spec's \"cluster\" section) lets the planner choose the layout and micro-batch\n"
-          "(the fastest that fits, as `xmoec plan` shows); without a cluster: one rank.\n");
+  fprintf(out, "usage: xmoec compile MODEL.json [--cluster FILE] -o OUT [--no-build] [--cc CC]\n"
+               "                     [--target cpu|hip|cuda] [--gpu-arch ARCH] [--emulate]\n"
+               "                     [--dp N] [--tp N] [--ep N] [--ssmb] [--rbd] [--zero N]\n"
+               "                     [--ranks-per-node N] [--dispatch-bound B] [--placement FILE]\n"
+               "                     [--micro-batch N] [--global-batch N] [--force]\n"
+               "                     [--recompute none|selective|full]\n"
+               "                     [--no-fuse] [--no-overlap] [--print-ir-after-all] [--timing]\n"
+               "       xmoec compile --print-build-flags\n"
+               "\n"
+               "Builds the training program of a model: forward graph, autodiff, memory\n"
+               "plan and schedule, then C code in OUT/ (program.c, main.c, config.json,\n"
+               "model.xir, manifest.json), compiled with the runtime into OUT/train.\n"
+               "With dp*tp > 1 ranks the program is one rank's share: run it with\n"
+               "mpirun -np <dp*tp> OUT/train ... (docs/parallelism.md).\n"
+               "\n"
+               "  -o OUT                 output folder (created if missing)\n"
+               "  --cluster FILE         a cluster description checked with the spec\n"
+               "  --placement FILE       place the routed experts as FILE says (written by\n"
+               "                         `xmoec place`; docs/placement.md): which experts share\n"
+               "                         a node; checkpoints keep the Hugging Face numbering\n"
+               "  --micro-batch N        sequences per rank per micro-step (overrides\n"
+               "                         /training/micro_batch)\n"
+               "  --global-batch N       sequences per optimizer step (overrides\n"
+               "                         /training/global_batch)\n"
+               "  --recompute P          none, selective or full (overrides /training/recompute)\n"
+               "  --force                build even when the program needs more memory per rank\n"
+               "                         than the cluster's devices have (else exit 2)\n"
+               "  --no-build             write the sources only\n"
+               "  --cc CC                C compiler (default: XMOEC_CC or the build's)\n"
+               "  --target T             code generation target: cpu (default: C calling the CPU\n"
+               "                         kernels), hip (AMD GPUs: kernels specialised to the\n"
+               "                         plan in OUT/kernels.hip, built with hipcc) or cuda\n"
+               "                         (the same kernel text built with nvcc for NVIDIA)\n"
+               "  --gpu-arch ARCH        GPU architecture (hip: gfx90a by default, e.g. gfx942;\n"
+               "                         cuda: sm_90 by default, e.g. sm_90a); default the\n"
+               "                         cluster's gpu_arch\n"
+               "  --emulate              GPU targets: build OUT/train with the kernels compiled\n"
+               "                         for the CPU emulation of the GPU (runs anywhere, slowly;\n"
+               "                         the kernels' test bed)\n"
+               "  --no-fuse              keep the padding-free gather and combine, and the LM\n"
+               "                         head's logits, as separate kernels (no fuse-permute-gemm\n"
+               "                         and fuse-lm-head passes; for comparison)\n"
+               "  --no-overlap           run every collective in order on the compute stream (no\n"
+               "                         overlap-grad-reduce and overlap-moe-comm passes; for\n"
+               "                         comparison: the values are the same bit for bit)\n"
+               "  --print-ir-after-all   print the module to stderr after every pass\n"
+               "  --timing               per-pass time table on stderr\n"
+               "  --print-build-flags    print the compiler, flags and libraries used to\n"
+               "                         build a program (lines cc:, cflags:, libs:)\n"
+               "\n"
+               "Parallel layout (each flag overrides the spec's \"parallel\" section):\n"
+               "  --dp N                 data-parallel degree (N >= 1)\n"
+               "  --tp N                 tensor-parallel degree; world = dp*tp ranks\n"
+               "  --ep N                 expert-parallel degree (divides experts and dp*tp)\n"
+               "  --ssmb                 shard MoE blocks' tokens over the TP group\n"
+               "  --rbd                  redundancy-bypassing dispatch across nodes\n"
+               "  --zero N               ZeRO stage: 0, or 1 to shard optimizer states\n"
+               "  --ranks-per-node N     ranks per node (0: unknown; default the cluster's)\n"
+               "  --dispatch-bound B     expert all-to-all receive buffers hold min(ep, B) times\n"
+               "                         the rows a rank sends (default 4: exact up to ep 4);\n"
+               "                         a routing over it stops every rank with the size\n"
+               "With none of these and no \"parallel\" section, a cluster (--cluster or the\n"
+               "spec's \"cluster\" section) lets the planner choose the layout, micro-batch and\n"
+               "recompute policy (the fastest that fits, as `xmoec plan` shows; --micro-batch\n"
+               "and --recompute narrow its search); without a cluster: one rank.\n");
 }
 
-
 static bool switch_flag(const char *arg, compile_args_t *a) {
-  if (strcmp(arg, "--print-ir-after-all") == 0) a->print_after_all = true;
-  else if (strcmp(arg, "--timing") == 0) a->timing = true;
-  else if (strcmp(arg, "--no-build") == 0) a->no_build = true;
-  else if (strcmp(arg, "--no-fuse") == 0) a->no_fuse = true;
-  else if (strcmp(arg, "--no-overlap") == 0) a->no_overlap = true;
-  else if (strcmp(arg, "--print-build-flags") == 0) a->print_flags = true;
-  else if (strcmp(arg, "--emulate") == 0) a->emulate = true;
-  else return false;
+  if (strcmp(arg, "--print-ir-after-all") == 0)
+    a->print_after_all = true;
+  else if (strcmp(arg, "--timing") == 0)
+    a->timing = true;
+  else if (strcmp(arg, "--no-build") == 0)
+    a->no_build = true;
+  else if (strcmp(arg, "--no-fuse") == 0)
+    a->no_fuse = true;
+  else if (strcmp(arg, "--no-overlap") == 0)
+    a->no_overlap = true;
+  else if (strcmp(arg, "--print-build-flags") == 0)
+    a->print_flags = true;
+  else if (strcmp(arg, "--emulate") == 0)
+    a->emulate = true;
+  else if (strcmp(arg, "--force") == 0)
+    a->force = true;
+  else
+    return false;
   return true;
 }
 
@@ -172,7 +194,6 @@ static const struct {
     {"--zero", XM_LAYOUT_ZERO, 0, 1, "0 or 1"},
     {"--ranks-per-node", XM_LAYOUT_RANKS_PER_NODE, 0, INT64_MAX, "an integer >= 0 (0: unknown)"},
 };
-
 
 static void set_knob(xm_layout_t *l, xm_layout_knob_t knob, int64_t v) {
   switch (knob) {
@@ -222,29 +243,32 @@ static bool layout_flag(int argc, char **argv, int *i, compile_args_t *a, int *o
 }
 
 /* Returns 0 to go on, else an exit code; *out_help after --help. */
-static const xm_flag_t k_compile_flags[] = {
-    {"--print-ir-after-all", false},
-    {"--timing", false},
-    {"--no-build", false},
-    {"--no-fuse", false},
-    {"--no-overlap", false},
-    {"--print-build-flags", false},
-    {"--emulate", false},
-    {"--ssmb", false},
-    {"--rbd", false},
-    {"--dp", true},
-    {"--tp", true},
-    {"--ep", true},
-    {"--zero", true},
-    {"--ranks-per-node", true},
-    {"--dispatch-bound", true},
-    {"--cluster", true},
-    {"--placement", true},
-    {"--cc", true},
-    {"--target", true},
-    {"--gpu-arch", true},
-    {"-o", true},
-    {NULL, false}};
+static const xm_flag_t k_compile_flags[] = {{"--print-ir-after-all", false},
+                                            {"--timing", false},
+                                            {"--no-build", false},
+                                            {"--no-fuse", false},
+                                            {"--no-overlap", false},
+                                            {"--print-build-flags", false},
+                                            {"--emulate", false},
+                                            {"--force", false},
+                                            {"--micro-batch", true},
+                                            {"--global-batch", true},
+                                            {"--recompute", true},
+                                            {"--ssmb", false},
+                                            {"--rbd", false},
+                                            {"--dp", true},
+                                            {"--tp", true},
+                                            {"--ep", true},
+                                            {"--zero", true},
+                                            {"--ranks-per-node", true},
+                                            {"--dispatch-bound", true},
+                                            {"--cluster", true},
+                                            {"--placement", true},
+                                            {"--cc", true},
+                                            {"--target", true},
+                                            {"--gpu-arch", true},
+                                            {"-o", true},
+                                            {NULL, false}};
 
 static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *out_help) {
   if (xm_args_check("compile", argc, argv, k_compile_flags)) return 2;
@@ -260,8 +284,36 @@ static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *ou
       if (rc) return rc;
     } else if ((v = xm_arg_value(argc, argv, &i, "--dispatch-bound", &missing))) {
       if (!xm_arg_int(v, 1, 1 << 24, &a->dispatch_bound)) {
-        fprintf(stderr, "xmoec compile: error: --dispatch-bound needs an integer in [1, %d], got '%s'\n",
+        fprintf(stderr,
+                "xmoec compile: error: --dispatch-bound needs an integer in [1, %d], got '%s'\n",
                 1 << 24, v);
+        return 2;
+      }
+    } else if ((v = xm_arg_value(argc, argv, &i, "--micro-batch", &missing))) {
+      if (!xm_arg_int(v, 1, 1 << 20, &a->micro_batch)) {
+        fprintf(stderr,
+                "xmoec compile: error: --micro-batch needs an integer in [1, %d], got '%s'\n",
+                1 << 20, v);
+        return 2;
+      }
+    } else if ((v = xm_arg_value(argc, argv, &i, "--global-batch", &missing))) {
+      if (!xm_arg_int(v, 1, INT64_C(1) << 40, &a->global_batch)) {
+        fprintf(stderr, "xmoec compile: error: --global-batch needs a positive integer, got '%s'\n",
+                v);
+        return 2;
+      }
+    } else if ((v = xm_arg_value(argc, argv, &i, "--recompute", &missing))) {
+      if (strcmp(v, "none") == 0)
+        a->recompute = XM_RECOMPUTE_NONE;
+      else if (strcmp(v, "selective") == 0 || strcmp(v, "moe") == 0)
+        a->recompute = XM_RECOMPUTE_SELECTIVE;
+      else if (strcmp(v, "full") == 0)
+        a->recompute = XM_RECOMPUTE_FULL;
+      else {
+        fprintf(stderr,
+                "xmoec compile: error: --recompute must be none, selective (or moe) or "
+                "full, got '%s'\n",
+                v);
         return 2;
       }
     } else if ((v = xm_arg_value(argc, argv, &i, "--cluster", &missing))) {
@@ -299,8 +351,9 @@ static int compile_parse_args(int argc, char **argv, compile_args_t *a, bool *ou
   if (a->print_flags) return 0;
   const xm_codegen_target_t *t = xm_codegen_target_find(a->target ? a->target : "cpu");
   if ((a->emulate || a->gpu_arch) && !t->gpu) {
-    fprintf(stderr, "xmoec compile: error: %s applies to the GPU targets only (--target hip or "
-                    "--target cuda)\n",
+    fprintf(stderr,
+            "xmoec compile: error: %s applies to the GPU targets only (--target hip or "
+            "--target cuda)\n",
             a->emulate ? "--emulate" : "--gpu-arch");
     return 2;
   }
@@ -343,12 +396,14 @@ struct compile {
   char gpu_arch[64]; /* GPU targets: the architecture the kernels are built for */
   int64_t fused_gathers, fused_combines; /* module attrs of fuse-permute-gemm */
   int64_t unfused_activation_bytes;      /* the same program's arena without it */
-  int64_t kept_activation_bytes; /* the same program's arena without recompute */
+  int64_t kept_activation_bytes;         /* the same program's arena without recompute */
   xm_mem_report_t mem;
   bool planned;             /* the planner chose the layout */
   xm_plan_candidate_t plan; /* what it chose */
   int64_t plan_searched, plan_fit;
-  double plan_runner_up;    /* step time of the second best; 0 if none */
+  double plan_runner_up; /* step time of the second best; 0 if none */
+  bool predicted;        /* the cost model's figures for the built layout (a cluster) */
+  xm_cost_t prediction;  /* they: c->plan.cost when planned */
   char plan_runner_up_layout[112];
 };
 
@@ -366,9 +421,11 @@ static const char *build_cc(const compile_args_t *a) {
 static int split_words(const char *s, char **argv, int n) {
   const char *p = s;
   while (*p) {
-    while (*p == ' ' || *p == '\t') p++;
+    while (*p == ' ' || *p == '\t')
+      p++;
     const char *w = p;
-    while (*p && *p != ' ' && *p != '\t') p++;
+    while (*p && *p != ' ' && *p != '\t')
+      p++;
     if (p > w) argv[n++] = strndup(w, (size_t)(p - w));
   }
   return n;
@@ -377,9 +434,11 @@ static int split_words(const char *s, char **argv, int n) {
 static int count_words(const char *s) {
   int n = 0;
   for (const char *p = s; *p;) {
-    while (*p == ' ' || *p == '\t') p++;
+    while (*p == ' ' || *p == '\t')
+      p++;
     if (*p) n++;
-    while (*p && *p != ' ' && *p != '\t') p++;
+    while (*p && *p != ' ' && *p != '\t')
+      p++;
   }
   return n;
 }
@@ -411,8 +470,9 @@ static int run_tool(char **argv, const char *log, const char *what, const char *
     size_t len = 0;
     if (xm_read_file(log, &text, &len) == 0) fputs(text, stderr);
     free(text);
-    fprintf(stderr, "xmoec compile: error: building %s failed (compiler output above, also in "
-                    "%s)\n",
+    fprintf(stderr,
+            "xmoec compile: error: building %s failed (compiler output above, also in "
+            "%s)\n",
             product, log);
   } else {
     rc = 0;
@@ -453,7 +513,8 @@ static void argv_words(argv_t *a, const char *s) {
 }
 
 static void argv_free(argv_t *a) {
-  for (int i = 0; i < a->n; i++) free(a->v[i]);
+  for (int i = 0; i < a->n; i++)
+    free(a->v[i]);
   free(a->v);
   a->v = NULL;
   a->n = a->cap = 0;
@@ -489,8 +550,8 @@ static gpu_build_t gpu_build(const compile_t *c) {
 }
 
 /* out/kernels.hip -> out/kernels.o. */
-static void kernel_argv(const compile_t *c, const gpu_build_t *b, const char *src,
-                        const char *obj, argv_t *v) {
+static void kernel_argv(const compile_t *c, const gpu_build_t *b, const char *src, const char *obj,
+                        argv_t *v) {
   argv_add(v, b->kernel_cc);
   if (c->a.emulate) {
     argv_words(v, setting("XMOEC_CXXFLAGS", XM_BUILD_CXXFLAGS));
@@ -532,7 +593,8 @@ static void print_build_flags(compile_t *c) {
     argv_t v = {NULL, 0, 0};
     kernel_argv(c, &b, "", "", &v);
     printf("kernel_cc: %s\nkernel_flags:", v.v[0]);
-    for (int i = 1; i + 4 < v.n; i++) printf(" %s", v.v[i]); /* up to "-c SRC -o OBJ" */
+    for (int i = 1; i + 4 < v.n; i++)
+      printf(" %s", v.v[i]); /* up to "-c SRC -o OBJ" */
     printf("\n");
     argv_free(&v);
     libs = b.libs;
@@ -561,8 +623,9 @@ static int run_compiler(const compile_t *c) {
     gpu_build_t b = gpu_build(c);
     libs = b.libs;
     if (!libs[0]) {
-      fprintf(stderr, "xmoec compile: error: --target %s: %s; the sources are written, or use "
-                      "--emulate to build for the CPU emulation of the GPU\n",
+      fprintf(stderr,
+              "xmoec compile: error: --target %s: %s; the sources are written, or use "
+              "--emulate to build for the CPU emulation of the GPU\n",
               c->target->name, b.lacking);
       rc = 2;
     } else {
@@ -645,23 +708,30 @@ static void add_input(cJSON *inputs, const char *path, const char *text, size_t 
 
 static void add_names(cJSON *o, const char *key, const char *const *names, int n) {
   cJSON *arr = cJSON_AddArrayToObject(o, key);
-  for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+  for (int i = 0; i < n; i++)
+    cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
 }
 
 static void add_memory(cJSON *o, const xm_mem_report_t *r) {
   cJSON *m = cJSON_AddObjectToObject(o, "memory");
-  const struct { const char *key; int64_t v; } rows[] = {
-      {"persistent_bytes", r->persistent_bytes}, {"activation_bytes", r->activation_bytes},
-      {"weights", r->weights}, {"grads", r->grads}, {"optimizer", r->optimizer},
-      {"activations", r->activations}, {"workspace", r->workspace}, {"inputs", r->inputs}};
+  const struct {
+    const char *key;
+    int64_t v;
+  } rows[] = {{"persistent_bytes", r->persistent_bytes},
+              {"activation_bytes", r->activation_bytes},
+              {"weights", r->weights},
+              {"grads", r->grads},
+              {"optimizer", r->optimizer},
+              {"activations", r->activations},
+              {"workspace", r->workspace},
+              {"inputs", r->inputs}};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     cJSON_AddNumberToObject(m, rows[i].key, (double)rows[i].v);
 }
 
-
 static char *manifest_text(const compile_t *c) {
-  static const char *const k_generated[] = {"program.c",  "main.c",    "config.json",
-                                            "model.xir",  "kernels.h", "kernels.hip"};
+  static const char *const k_generated[] = {"program.c", "main.c",    "config.json",
+                                            "model.xir", "kernels.h", "kernels.hip"};
   static const char *const k_built[] = {"train"};
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "generator", "xmoec 0.1.0");
@@ -701,6 +771,10 @@ static xm_status_t load_inputs(compile_t *c, xm_diag_t *diag) {
   if (st == XM_OK && c->a.cluster)
     st = xm_spec_load_cluster_text(c->cluster_text, c->cluster_len, c->a.cluster, diag, &c->spec);
   if (st == XM_OK && xm_diag_error_count(diag)) st = XM_ERR_INVALID_INPUT;
+  if (st == XM_OK && c->a.micro_batch > 0) c->spec.training.micro_batch = c->a.micro_batch;
+  if (st == XM_OK && c->a.global_batch > 0) c->spec.training.global_batch = c->a.global_batch;
+  if (st == XM_OK && c->a.recompute >= 0)
+    c->spec.training.recompute = (xm_recompute_t)c->a.recompute;
   if (st == XM_OK && c->target->gpu) {
     const char *arch = c->a.gpu_arch ? c->a.gpu_arch : c->spec.cluster.gpu_arch;
     if (!arch[0]) arch = c->target->default_arch;
@@ -735,17 +809,18 @@ static xm_status_t load_placement(compile_t *c, xm_diag_t *diag) {
                 xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
     return XM_ERR_INVALID_INPUT;
   }
-  XM_RETURN_IF_ERROR(xm_placement_parse(c->placement_text, c->placement_len, c->a.placement, diag,
-                                        &c->placement));
+  XM_RETURN_IF_ERROR(
+      xm_placement_parse(c->placement_text, c->placement_len, c->a.placement, diag, &c->placement));
   XM_RETURN_IF_ERROR(xm_placement_check(&c->placement, &c->spec, diag));
   for (int64_t r = 0; r < c->placement.rows; r++)
     if (!xm_placement_row_is_identity(&c->placement, r)) c->placed_rows++;
   /* The node blocks of an EP group in this layout: a placement made for
    * another count still trains the same, it only saves less. */
   const xm_layout_t *l = &c->layout;
-  int64_t nodes = l->ranks_per_node > 0 && l->ep > l->ranks_per_node && l->ep % l->ranks_per_node == 0
-                      ? l->ep / l->ranks_per_node
-                      : 1;
+  int64_t nodes =
+      l->ranks_per_node > 0 && l->ep > l->ranks_per_node && l->ep % l->ranks_per_node == 0
+          ? l->ep / l->ranks_per_node
+          : 1;
   if (c->placement.nodes > 0 && c->placement.nodes != nodes) {
     char rpn[48] = "ranks per node unknown";
     if (l->ranks_per_node > 0)
@@ -789,13 +864,32 @@ static void set_placement_attrs(compile_t *c) {
 static xm_status_t plan_layout(compile_t *c, xm_diag_t *diag) {
   if (c->spec.parallel.present || c->a.layout_given || !c->spec.cluster.present) return XM_OK;
   const double gib = 1024.0 * 1024.0 * 1024.0;
+  /* The same space as `xmoec plan`: every recompute policy and micro-batch,
+   * unless --recompute or --micro-batch fixes one. */
   xm_plan_options_t o = {.policy = XM_POLICY_XMOEC,
-                         .recompute_mask = 1u << c->spec.training.recompute,
+                         .recompute_mask = c->a.recompute >= 0 ? 1u << c->a.recompute : 0,
                          .dispatch_bound = c->a.dispatch_bound};
   xm_plan_result_t r;
   XM_RETURN_IF_ERROR(xm_plan_search_with(&c->spec, &o, diag, &r));
   xm_status_t st = XM_OK;
   int64_t world = c->spec.cluster.nodes * c->spec.cluster.ranks_per_node;
+  if (c->a.micro_batch > 0 && r.chosen >= 0) { /* the fastest that fits at that micro-batch */
+    int64_t i = r.chosen;
+    while (i < r.num_fit && r.cands[i].point.micro_batch != c->a.micro_batch)
+      i++;
+    if (i < r.num_fit) {
+      xm_plan_candidate_t pick = r.cands[i];
+      memmove(&r.cands[r.chosen + 1], &r.cands[r.chosen], (size_t)(i - r.chosen) * sizeof pick);
+      r.cands[r.chosen] = pick;
+    } else {
+      xm_diag_add(diag, XM_DIAG_ERROR, c->a.input, NULL,
+                  "no layout of the cluster's %lld ranks fits in device memory at micro-batch "
+                  "%lld (xmoec plan shows the search)",
+                  (long long)world, (long long)c->a.micro_batch);
+      xm_plan_result_free(&r);
+      return XM_ERR_INVALID_INPUT;
+    }
+  }
   if (r.chosen < 0) {
     if (r.num > 0 && r.cands[0].legal) {
       char name[96];
@@ -826,14 +920,19 @@ static xm_status_t plan_layout(compile_t *c, xm_diag_t *diag) {
       const xm_plan_candidate_t *next = &r.cands[r.chosen + 1];
       char name[80];
       xm_layout_format(&next->point.layout, name, sizeof name);
-      snprintf(c->plan_runner_up_layout, sizeof c->plan_runner_up_layout,
-               "%s micro-batch %lld", name, (long long)next->point.micro_batch);
+      snprintf(c->plan_runner_up_layout, sizeof c->plan_runner_up_layout, "%s micro-batch %lld",
+               name, (long long)next->point.micro_batch);
     }
-    c->spec.parallel = (xm_parallel_spec_t){.present = true, .dp = l->dp, .tp = l->tp,
-                                            .ep = l->ep, .ssmb = l->ssmb, .rbd = l->rbd,
+    c->spec.parallel = (xm_parallel_spec_t){.present = true,
+                                            .dp = l->dp,
+                                            .tp = l->tp,
+                                            .ep = l->ep,
+                                            .ssmb = l->ssmb,
+                                            .rbd = l->rbd,
                                             .zero = l->zero};
     c->spec.training.zero_stage = l->zero;
     c->spec.training.micro_batch = best->point.micro_batch;
+    c->spec.training.recompute = best->point.recompute;
   }
   xm_plan_result_free(&r);
   return st;
@@ -846,14 +945,14 @@ static void print_plan(const compile_t *c) {
   const xm_cost_t *k = &c->plan.cost;
   char name[96];
   xm_layout_format(&c->plan.point.layout, name, sizeof name);
-  printf("plan: chose %s, micro-batch %lld: the fastest of %lld configurations that fit "
-         "(%lld searched, policy xmoec)\n",
-         name, (long long)c->plan.point.micro_batch, (long long)c->plan_fit,
-         (long long)c->plan_searched);
+  printf("plan: chose %s, micro-batch %lld, recompute %s: the fastest of %lld configurations "
+         "that fit (%lld searched, policy xmoec)\n",
+         name, (long long)c->plan.point.micro_batch, xm_recompute_name(c->plan.point.recompute),
+         (long long)c->plan_fit, (long long)c->plan_searched);
   printf("plan: predicted step %.4g s (compute %.3g s, all-to-all %.3g s, tp %.3g s, dp %.3g s), "
          "%.2f of %.2f GiB per rank, MFU %.1f%%\n",
-         k->t_step, k->t_compute, k->t_dispatch, k->t_tp, k->t_dp, k->total / gib,
-         k->device / gib, 100.0 * k->mfu);
+         k->t_step, k->t_compute, k->t_dispatch, k->t_tp, k->t_dp, k->total / gib, k->device / gib,
+         100.0 * k->mfu);
   if (c->plan_runner_up > 0)
     printf("plan: the runner-up, %s, is predicted %.1f%% slower\n", c->plan_runner_up_layout,
            k->t_step > 0 ? 100.0 * (c->plan_runner_up / k->t_step - 1.0) : 0.0);
@@ -951,8 +1050,7 @@ static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
   if (c->fused_gathers + c->fused_combines > 0 || xm_ir_module_get_int(c->m, "fused_losses", 0) > 0)
     XM_RETURN_IF_ERROR(other_activations(c, false, true, diag, &c->unfused_activation_bytes));
   if (c->spec.training.recompute != XM_RECOMPUTE_NONE)
-    XM_RETURN_IF_ERROR(
-        other_activations(c, !c->a.no_fuse, false, diag, &c->kept_activation_bytes));
+    XM_RETURN_IF_ERROR(other_activations(c, !c->a.no_fuse, false, diag, &c->kept_activation_bytes));
   XM_RETURN_IF_ERROR(xm_codegen_config_json(&c->spec, &c->config));
   xm_codegen_inputs_t in = {.spec_path = c->a.input,
                             .spec_text = c->spec_text,
@@ -972,15 +1070,15 @@ static xm_status_t lower(compile_t *c, xm_diag_t *diag) {
 static int write_outputs(compile_t *c) {
   int err = make_dirs(c->a.out_dir);
   if (err) {
-    fprintf(stderr, "xmoec compile: error: cannot create '%s': %s\n", c->a.out_dir,
-            strerror(err));
+    fprintf(stderr, "xmoec compile: error: cannot create '%s': %s\n", c->a.out_dir, strerror(err));
     return 2;
   }
   char *manifest = manifest_text(c);
   if (!manifest) return 1;
   int rc = write_file(c->a.out_dir, "program.c", xm_strbuf_cstr(&c->program));
   if (!rc) rc = write_file(c->a.out_dir, "main.c", xm_strbuf_cstr(&c->main_c));
-  if (!rc && c->target->gpu) rc = write_file(c->a.out_dir, "kernels.h", xm_strbuf_cstr(&c->kernels_h));
+  if (!rc && c->target->gpu)
+    rc = write_file(c->a.out_dir, "kernels.h", xm_strbuf_cstr(&c->kernels_h));
   if (!rc && c->target->gpu)
     rc = write_file(c->a.out_dir, "kernels.hip", xm_strbuf_cstr(&c->kernels_src));
   if (!rc) rc = write_file(c->a.out_dir, "config.json", xm_strbuf_cstr(&c->config));
@@ -1020,8 +1118,7 @@ static void print_fusion(const compile_t *c) {
       printf("; activation arena %.2f MiB (%.2f MiB unfused)",
              (double)c->mem.activation_bytes / mib, (double)c->unfused_activation_bytes / mib);
     printf("\n");
-  }
-  else
+  } else
     printf("fuse-lm-head: nothing to fold\n");
 }
 
@@ -1066,6 +1163,62 @@ static void print_layout(const xm_layout_t *l) {
   printf("\n");
 }
 
+/* The fixed per-device overhead the cost model adds (runtime context,
+ * kernels, library workspaces; docs/cost-model.md, Memory per rank). */
+#define RUNTIME_OVERHEAD_BYTES (1024.0 * 1024.0 * 1024.0)
+
+/* What the cost model predicts for the layout being built (the planner's
+ * own figures when it chose it), so that plan and program can be
+ * compared; nothing without a cluster, or for a point the model refuses. */
+static void predict(compile_t *c) {
+  if (c->planned) {
+    c->prediction = c->plan.cost;
+    c->predicted = true;
+    return;
+  }
+  if (!c->spec.cluster.present) return;
+  xm_net_t net;
+  double dev = 0, peak = 0, eff = 0;
+  xm_cost_cluster(&c->spec.cluster, &net, &dev, &peak, &eff);
+  xm_cost_point_t pt = {.layout = c->layout,
+                        .recompute = c->spec.training.recompute,
+                        .micro_batch = c->spec.training.micro_batch,
+                        .dispatch_bound = c->a.dispatch_bound > 0 ? c->a.dispatch_bound : 4,
+                        .policy = XM_POLICY_XMOEC};
+  xm_diag_t d;
+  xm_diag_init(&d);
+  c->predicted =
+      xm_cost_evaluate(&c->spec, &net, dev, peak, eff, &pt, NULL, &d, &c->prediction) == XM_OK;
+  xm_diag_free(&d);
+}
+
+/* The compiled program against the cluster's device memory: what the
+ * memory plan holds plus the fixed overhead. Over it, an error with the
+ * shortfall by category (a warning under --force). */
+static xm_status_t check_device_memory(const compile_t *c, xm_diag_t *diag) {
+  const xm_cluster_spec_t *cl = &c->spec.cluster;
+  if (!cl->present || cl->device_memory_gib <= 0) return XM_OK;
+  const double gib = 1024.0 * 1024.0 * 1024.0, device = cl->device_memory_gib * gib;
+  const xm_mem_report_t *r = &c->mem;
+  double total = (double)r->persistent_bytes + (double)r->activation_bytes + RUNTIME_OVERHEAD_BYTES;
+  if (total <= device) return XM_OK;
+  char plan[160] = "";
+  if (c->predicted)
+    snprintf(plan, sizeof plan, "; the cost model predicts %.2f GiB for this layout",
+             c->prediction.total / gib);
+  xm_diag_add(diag, c->a.force ? XM_DIAG_WARNING : XM_DIAG_ERROR, c->a.input, NULL,
+              "the program needs %.2f GiB per rank (weights %.2f, gradients %.2f, optimizer "
+              "%.2f, activations %.2f, workspace %.2f, runtime overhead %.2f), more than the "
+              "cluster's %.2f GiB of device memory: short by %.2f GiB%s; %s",
+              total / gib, (double)r->weights / gib, (double)r->grads / gib,
+              (double)r->optimizer / gib, (double)r->activations / gib, (double)r->workspace / gib,
+              RUNTIME_OVERHEAD_BYTES / gib, cl->device_memory_gib, (total - device) / gib, plan,
+              c->a.force ? "built anyway (--force)"
+                         : "choose a layout that fits (xmoec plan), or give --force to build it "
+                           "anyway");
+  return c->a.force ? XM_OK : XM_ERR_INVALID_INPUT;
+}
+
 static int compile(compile_t *c) {
   xm_diag_t diag;
   xm_diag_init(&diag);
@@ -1082,6 +1235,8 @@ static int compile(compile_t *c) {
       xm_diag_add(&diag, XM_DIAG_NOTE, NULL, NULL, "the pass pipeline was: %s",
                   xm_strbuf_cstr(&c->pipeline));
   }
+  if (st == XM_OK) predict(c);
+  if (st == XM_OK) st = check_device_memory(c, &diag);
   if (st != XM_OK && xm_diag_error_count(&diag) == 0)
     xm_diag_add(&diag, XM_DIAG_ERROR, c->a.input, NULL, "%s", xm_status_name(st));
   xm_diag_print(&diag, stderr);
@@ -1093,6 +1248,20 @@ static int compile(compile_t *c) {
   xm_strbuf_init(&report);
   xm_plan_memory_print_report(&c->mem, &report);
   printf("%s\n", xm_strbuf_cstr(&report));
+  if (c->predicted) {
+    /* Without the fixed overhead, which both add alike. */
+    double want = c->prediction.total - c->prediction.overhead;
+    int64_t have = c->mem.persistent_bytes + c->mem.activation_bytes;
+    xm_strbuf_t w, h;
+    xm_strbuf_init(&w), xm_strbuf_init(&h);
+    xm_plan_memory_format_bytes((int64_t)want, &w);
+    xm_plan_memory_format_bytes(have, &h);
+    printf("plan: the cost model predicts %s per rank besides the runtime's overhead; the "
+           "program's arenas hold %s (%+.1f%%)\n",
+           xm_strbuf_cstr(&w), xm_strbuf_cstr(&h),
+           want > 0 ? 100.0 * ((double)have / want - 1.0) : 0.0);
+    xm_strbuf_free(&w), xm_strbuf_free(&h);
+  }
   print_fusion(c);
   print_recompute(c);
   print_overlap(c);
@@ -1126,6 +1295,7 @@ int xm_cmd_compile(int argc, char **argv) {
   compile_t *c = calloc(1, sizeof *c);
   if (!c) return 1;
   bool help = false;
+  c->a.recompute = -1;
   int rc = compile_parse_args(argc, argv, &c->a, &help);
   c->target = xm_codegen_target_find(c->a.target ? c->a.target : "cpu");
   if (help) {

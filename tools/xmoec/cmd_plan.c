@@ -74,6 +74,7 @@ typedef struct {
   const xm_spec_t *spec;
   xm_net_t net;
   const xm_routing_t *routing;
+  const plan_args_t *args; /* for the compile command of the chosen plan; NULL: none */
 } plan_ctx_t;
 
 static void plan_usage(FILE *out) {
@@ -115,18 +116,17 @@ static void plan_usage(FILE *out) {
 /* ---- arguments -------------------------------------------------------------- */
 
 /* Returns 0 to go on, else the exit code (after a message). */
-static const xm_flag_t k_plan_flags[] = {
-    {"--json", false},
-    {"--max-model", false},
-    {"--cluster", true},
-    {"--top", true},
-    {"--global-batch", true},
-    {"--dispatch-bound", true},
-    {"--routing-nodes", true},
-    {"--routing", true},
-    {"--policy", true},
-    {"--simulate", false},
-    {NULL, false}};
+static const xm_flag_t k_plan_flags[] = {{"--json", false},
+                                         {"--max-model", false},
+                                         {"--cluster", true},
+                                         {"--top", true},
+                                         {"--global-batch", true},
+                                         {"--dispatch-bound", true},
+                                         {"--routing-nodes", true},
+                                         {"--routing", true},
+                                         {"--policy", true},
+                                         {"--simulate", false},
+                                         {NULL, false}};
 
 static int plan_parse_args(int argc, char **argv, plan_args_t *a) {
   if (xm_args_check("plan", argc, argv, k_plan_flags)) return 2;
@@ -444,18 +444,80 @@ static void print_chosen(const plan_ctx_t *x, const xm_plan_candidate_t *c, bool
          di, de, ar, ag, rs);
 }
 
-static void print_table_head(void) {
-  printf("  %4s  %-30s %4s  %-9s %9s %8s %8s %8s %6s\n", "#", "layout", "mb", "recompute", "step s",
-         "vs best", "mem GiB", "TFLOP/s", "MFU");
+/* Why `c` loses to `ref` (the chosen or the best plan), in a few words:
+ * for one that fits, the phase whose time grew the most ("all-to-all
+ * +1.23 s"); for one that does not, its shortfall and the memory category
+ * that exceeds the reference's the most ("short 9.93 GiB; activations
+ * +12.40 GiB"). */
+static void explain(const xm_plan_candidate_t *c, const xm_plan_candidate_t *ref, char *buf,
+                    size_t cap) {
+  const xm_cost_t *a = &c->cost, *b = &ref->cost;
+  if (!a->fits) {
+    const char *names[] = {"weights", "grads", "optimizer", "activations", "buffers"};
+    double d[] = {a->weights - b->weights, a->grads - b->grads, a->optimizer - b->optimizer,
+                  a->activations - b->activations, a->buffers - b->buffers};
+    int k = 0;
+    for (int i = 1; i < 5; i++)
+      if (d[i] > d[k]) k = i;
+    if (d[k] > 0)
+      snprintf(buf, cap, "short %.2f GiB; %s %+.2f GiB", a->shortfall / GIB, names[k], d[k] / GIB);
+    else
+      snprintf(buf, cap, "short %.2f GiB", a->shortfall / GIB);
+    return;
+  }
+  const char *names[] = {"compute", "all-to-all", "tp", "dp", "optimizer"};
+  double d[] = {a->t_compute - b->t_compute, a->t_dispatch - b->t_dispatch, a->t_tp - b->t_tp,
+                a->t_dp - b->t_dp, a->t_optimizer - b->t_optimizer};
+  int k = 0;
+  for (int i = 1; i < 5; i++)
+    if (d[i] > d[k]) k = i;
+  if (a->t_step <= b->t_step || d[k] <= 0)
+    snprintf(buf, cap, "-");
+  else
+    snprintf(buf, cap, "%s %+.3g s", names[k], d[k]);
 }
 
-static void print_table_row(int64_t i, const xm_plan_candidate_t *c, double best) {
+/* The exact `xmoec compile` command that builds candidate `c` (xmoec). */
+static void print_compile_command(const plan_ctx_t *x, const xm_plan_candidate_t *c) {
+  const plan_args_t *a = x->args;
+  if (!a || c->point.policy != XM_POLICY_XMOEC) return;
+  const xm_layout_t *l = &c->point.layout;
+  const xm_recompute_t r = c->point.recompute;
+  printf("  compile it: xmoec compile %s%s%s -o OUT --dp %" PRId64 " --tp %" PRId64 " --ep %" PRId64
+         "%s%s --zero %d --micro-batch %" PRId64 " --recompute %s",
+         a->spec_path, a->cluster_path ? " --cluster " : "", a->cluster_path ? a->cluster_path : "",
+         l->dp, l->tp, l->ep, l->ssmb ? " --ssmb" : "", l->rbd ? " --rbd" : "", l->zero,
+         c->point.micro_batch,
+         r == XM_RECOMPUTE_FULL        ? "full"
+         : r == XM_RECOMPUTE_SELECTIVE ? "selective"
+                                       : "none");
+  if (l->ep > 1)
+    printf(" --dispatch-bound %" PRId64, c->point.dispatch_bound > 0 ? c->point.dispatch_bound : 4);
+  if (a->global_batch > 0) printf(" --global-batch %" PRId64, a->global_batch);
+  printf("\n");
+}
+
+static void print_table_head(void) {
+  printf("  %4s  %-30s %4s  %-9s %3s %9s %8s %8s %8s %6s  %s\n", "#", "layout", "mb", "recompute",
+         "B", "step s", "vs best", "mem GiB", "TFLOP/s", "MFU", "slower in");
+}
+
+static void print_table_row(int64_t i, const xm_plan_candidate_t *c,
+                            const xm_plan_candidate_t *ref) {
+  double best = ref->cost.t_step;
+  char why[96];
+  explain(c, ref, why, sizeof why);
   char layout[96];
   fmt_layout(&c->point, layout, sizeof layout);
-  printf("  %4" PRId64 "  %-30s %4" PRId64 "  %-9s %9.3f %+7.1f%% %8.2f %8.1f %5.1f%%\n", i + 1,
-         layout, c->point.micro_batch, xm_recompute_name(c->point.recompute), c->cost.t_step,
-         best > 0 ? 100.0 * (c->cost.t_step / best - 1.0) : 0.0, c->cost.total / GIB,
-         c->cost.tflops_per_device, 100.0 * c->cost.mfu);
+  /* B: xmoec's dispatch bound, where it applies (ep > 1). */
+  char bound[24] = "-";
+  if (c->point.policy == XM_POLICY_XMOEC && c->point.layout.ep > 1)
+    snprintf(bound, sizeof bound, "%" PRId64,
+             c->point.dispatch_bound > 0 ? c->point.dispatch_bound : 4);
+  printf("  %4" PRId64 "  %-30s %4" PRId64 "  %-9s %3s %9.3f %+7.1f%% %8.2f %8.1f %5.1f%%  %s\n",
+         i + 1, layout, c->point.micro_batch, xm_recompute_name(c->point.recompute), bound,
+         c->cost.t_step, best > 0 ? 100.0 * (c->cost.t_step / best - 1.0) : 0.0,
+         c->cost.total / GIB, c->cost.tflops_per_device, 100.0 * c->cost.mfu, why);
 }
 
 static void print_reasons(const xm_plan_result_t *r) {
@@ -484,6 +546,7 @@ static void print_text_one(const plan_ctx_t *x, const xm_plan_result_t *r, int64
            xm_policy_name(r->policy));
   } else {
     print_chosen(x, &r->cands[0], r->chosen >= 0);
+    if (r->chosen >= 0) print_compile_command(x, &r->cands[0]);
     if (r->chosen < 0) printf("no configuration fits; the one above has the smallest shortfall\n");
   }
   if (r->chosen >= 0 && r->num_fit > 1 && top != 1) {
@@ -491,7 +554,7 @@ static void print_text_one(const plan_ctx_t *x, const xm_plan_result_t *r, int64
     printf("\nrunners-up:\n");
     print_table_head();
     for (int64_t i = 1; i < last; i++)
-      print_table_row(i, &r->cands[i], r->cands[0].cost.t_step);
+      print_table_row(i, &r->cands[i], &r->cands[0]);
   }
   print_reasons(r);
 }
@@ -501,11 +564,15 @@ static void print_text_policies(const plan_ctx_t *x, xm_plan_result_t *rs, int n
   print_header(s);
   print_routing_header(x->routing);
   double best = 0;
+  const xm_plan_candidate_t *ref = NULL; /* the fastest plan of all policies */
   for (int i = 0; i < n; i++)
-    if (rs[i].chosen >= 0 && (best == 0 || rs[i].cands[0].cost.t_step < best))
+    if (rs[i].chosen >= 0 && (best == 0 || rs[i].cands[0].cost.t_step < best)) {
       best = rs[i].cands[0].cost.t_step;
-  printf("\n  %-14s %-30s %4s  %-9s %9s %8s %8s %8s %6s  %s\n", "policy", "best layout", "mb",
-         "recompute", "step s", "vs best", "mem GiB", "TFLOP/s", "MFU", "fit/legal/searched");
+      ref = &rs[i].cands[0];
+    }
+  printf("\n  %-14s %-30s %4s  %-9s %9s %8s %8s %8s %6s  %-18s  %s\n", "policy", "best layout",
+         "mb", "recompute", "step s", "vs best", "mem GiB", "TFLOP/s", "MFU", "fit/legal/searched",
+         "why it loses");
   for (int i = 0; i < n; i++) {
     const xm_plan_result_t *r = &rs[i];
     if (r->num == 0 || !r->cands[0].legal) {
@@ -514,22 +581,24 @@ static void print_text_policies(const plan_ctx_t *x, xm_plan_result_t *rs, int n
       continue;
     }
     const xm_plan_candidate_t *c = &r->cands[0];
-    char layout[96];
+    char layout[96], counts[64], why[96] = "-";
     fmt_layout(&c->point, layout, sizeof layout);
+    snprintf(counts, sizeof counts, "%" PRId64 "/%" PRId64 "/%" PRId64, r->num_fit, r->num_legal,
+             r->num);
+    if (ref && c != ref) explain(c, ref, why, sizeof why);
     if (r->chosen < 0) {
-      printf("  %-14s %-30s %4" PRId64 "  %-9s  does not fit: short by %.2f GiB per rank"
-             "  %" PRId64 "/%" PRId64 "/%" PRId64 "\n",
-             xm_policy_name(r->policy), layout, c->point.micro_batch,
-             xm_recompute_name(c->point.recompute), c->cost.shortfall / GIB, r->num_fit,
-             r->num_legal, r->num);
+      char shortfall[48];
+      snprintf(shortfall, sizeof shortfall, "short by %.2f GiB", c->cost.shortfall / GIB);
+      printf("  %-14s %-30s %4" PRId64 "  %-9s %-45s %-18s  %s\n", xm_policy_name(r->policy),
+             layout, c->point.micro_batch, xm_recompute_name(c->point.recompute), shortfall, counts,
+             why);
       continue;
     }
-    printf("  %-14s %-30s %4" PRId64 "  %-9s %9.3f %+7.1f%% %8.2f %8.1f %5.1f%%  %" PRId64
-           "/%" PRId64 "/%" PRId64 "\n",
+    printf("  %-14s %-30s %4" PRId64 "  %-9s %9.3f %+7.1f%% %8.2f %8.1f %5.1f%%  %-18s  %s\n",
            xm_policy_name(r->policy), layout, c->point.micro_batch,
            xm_recompute_name(c->point.recompute), c->cost.t_step,
            best > 0 ? 100.0 * (c->cost.t_step / best - 1.0) : 0.0, c->cost.total / GIB,
-           c->cost.tflops_per_device, 100.0 * c->cost.mfu, r->num_fit, r->num_legal, r->num);
+           c->cost.tflops_per_device, 100.0 * c->cost.mfu, counts, c == ref ? "fastest" : why);
   }
 }
 
@@ -537,8 +606,8 @@ static void print_text_max(const xm_spec_t *s, const xm_plan_max_t *ms, int n) {
   print_header(s);
   printf("model family: heads (hidden), MoE layers and experts scale by cbrt(scale) "
          "(docs/plan-json.md)\n\n");
-  printf("  %-14s %8s %10s %7s %7s %8s  %-30s %9s %8s\n", "policy", "scale", "params", "hidden",
-         "layers", "experts", "best layout", "step s", "mem GiB");
+  printf("  %-14s %8s %10s %7s %7s %8s  %-30s %9s %8s  %s\n", "policy", "scale", "params", "hidden",
+         "layers", "experts", "best layout", "step s", "mem GiB", "what stops the next size");
   for (int i = 0; i < n; i++) {
     const xm_plan_max_t *m = &ms[i];
     if (m->scale <= 0) {
@@ -550,9 +619,22 @@ static void print_text_max(const xm_spec_t *s, const xm_plan_max_t *ms, int n) {
     char params[32], layout[96];
     fmt_count((double)m->params, params, sizeof params);
     fmt_layout(&m->best.point, layout, sizeof layout);
-    printf("  %-14s %8.3f %10s %7" PRId64 " %7" PRId64 " %8" PRId64 "  %-30s %9.3f %8.2f\n",
+    /* What stops it: the next size's closest plan, short by so much, and
+     * its memory by category (persistent: weights, grads, optimizer). */
+    char limit[160] = "nothing up to scale 4096";
+    if (m->limit_scale > 0) {
+      const xm_cost_t *k = &m->limit.cost;
+      char lp[32];
+      fmt_count((double)m->limit_params, lp, sizeof lp);
+      snprintf(limit, sizeof limit,
+               "%s: short %.2f GiB (weights+grads+optimizer %.2f, activations %.2f, buffers "
+               "%.2f GiB)",
+               lp, k->shortfall / GIB, (k->weights + k->grads + k->optimizer) / GIB,
+               k->activations / GIB, k->buffers / GIB);
+    }
+    printf("  %-14s %8.3f %10s %7" PRId64 " %7" PRId64 " %8" PRId64 "  %-30s %9.3f %8.2f  %s\n",
            xm_policy_name(m->policy), m->scale, params, member.model.hidden, member.model.layers,
-           member.moe.experts, layout, m->best.cost.t_step, m->best.cost.total / GIB);
+           member.moe.experts, layout, m->best.cost.t_step, m->best.cost.total / GIB, limit);
   }
 }
 
@@ -705,7 +787,6 @@ static void json_plan(cJSON *o, const plan_ctx_t *x, const xm_plan_result_t *r, 
   free(rs);
 }
 
-
 /* ---- entry ---------------------------------------------------------------- */
 
 static xm_status_t load(const plan_args_t *a, xm_diag_t *diag, xm_spec_t *spec,
@@ -794,7 +875,7 @@ static cJSON *json_simulated(xm_fab_kind_t kind, const xm_sim_result_t *r) {
 
 static int run_searches(const plan_args_t *a, const xm_spec_t *spec, const xm_routing_t *routing,
                         xm_diag_t *diag) {
-  plan_ctx_t ctx = {.spec = spec, .routing = routing};
+  plan_ctx_t ctx = {.spec = spec, .routing = routing, .args = a};
   xm_net_from_cluster(&spec->cluster, &ctx.net);
   xm_policy_t first = a->all_policies ? 0 : a->policy;
   int n = a->all_policies ? XM_POLICY_COUNT : 1;

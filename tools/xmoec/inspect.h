@@ -76,6 +76,7 @@ typedef struct {
   /* the machine the predictions assume */
   char machine[512]; /* where its numbers come from, for the reports */
   double peak_flops, efficiency, mem_bw;
+  double device_bytes; /* the cluster's device memory; 0 for the CPU defaults */
   xm_net_t net;
   /* ops in execution order: [0, num_micro) micro function, then step */
   int num_ops, num_micro;

@@ -2,8 +2,13 @@
  * self-contained page (inline CSS and SVG; no script, font, image or
  * style sheet from anywhere else, so it renders offline in any browser).
  *
- * Charts, each an <svg> drawn here with plain rectangles, lines and text:
- *   memory breakdown   the plan's peak per category, one stacked bar;
+ * Charts, each an <svg> drawn here with plain rectangles, lines and text,
+ * in a viewBox so that it scales to the page's width:
+ *   memory breakdown   the plan's peak per category, one stacked bar, against
+ *                      the device's capacity when the cluster gives it;
+ *   rank layout        the ranks on their nodes, filled by TP group, with
+ *                      each rank's EP and DP group (the first nodes of a
+ *                      large world: the pattern repeats);
  *   time per phase     predicted seconds of fwd, bwd and step per optimizer
  *                      step, compute and collectives stacked;
  *   bytes per layer    what rank 0 sends per step in each layer, stacked by
@@ -77,13 +82,21 @@ static void memory_chart(const xm_inspect_t *ins, xm_strbuf_t *out) {
   double total = 0;
   for (int i = 0; i < 5; i++)
     total += v[i];
+  const double dev = ins->device_bytes, scale = fmax(total, dev);
   P("<h2>Memory per rank</h2>\n<p>Peak by category from the memory plan: ");
   bytes_text(out, total);
-  P(" in all.</p>\n<svg class=\"chart\" width=\"760\" height=\"110\" role=\"img\" "
+  P(" in all");
+  if (dev > 0) {
+    P(" of the device's ");
+    bytes_text(out, dev);
+    P(" (%.0f%%; the runtime's own context and library workspaces come on top)",
+      100.0 * total / dev);
+  }
+  P(".</p>\n<svg class=\"chart\" viewBox=\"0 0 760 110\" role=\"img\" "
     "aria-label=\"memory breakdown\">\n");
   double x = 10, w = 740;
   for (int i = 0; i < 5; i++) {
-    double bw = total > 0 ? w * v[i] / total : 0;
+    double bw = scale > 0 ? w * v[i] / scale : 0;
     P("<rect x=\"%.2f\" y=\"10\" width=\"%.2f\" height=\"40\" fill=\"%s\"><title>", x, bw,
       k_colors[i]);
     esc(out, names[i]);
@@ -91,6 +104,14 @@ static void memory_chart(const xm_inspect_t *ins, xm_strbuf_t *out) {
     bytes_text(out, v[i]);
     P("</title></rect>\n");
     x += bw;
+  }
+  if (dev > 0) { /* the device's capacity: a line at its place on the bar's scale */
+    double dx = 10 + w * dev / scale;
+    P("<line x1=\"%.2f\" y1=\"4\" x2=\"%.2f\" y2=\"56\" stroke=\"%s\" stroke-width=\"2\"/>"
+      "<text x=\"%.2f\" y=\"8\" class=\"small\" text-anchor=\"end\">device ",
+      dx, dx, total > dev ? "#c00" : "#222", dx - 3);
+    bytes_text(out, dev);
+    P("</text>\n");
   }
   legend(out, names, 5, 62);
   x = 10;
@@ -102,6 +123,56 @@ static void memory_chart(const xm_inspect_t *ins, xm_strbuf_t *out) {
     P(i < 4 ? ", " : "");
   }
   P("</text>\n</svg>\n");
+}
+
+/* The ranks on their nodes: one row per node, a box per rank filled by its
+ * TP group, labelled with the rank and, below, its EP and DP groups (as
+ * group colors: the members of a group share the number). Worlds larger
+ * than the drawing show their first nodes and ranks; the groups are
+ * arithmetic progressions of ranks (frontend/layout.h), so the rest
+ * repeats the pattern. */
+#define LAYOUT_MAX_NODES 4
+#define LAYOUT_MAX_RANKS 16
+static void layout_chart(const xm_inspect_t *ins, xm_strbuf_t *out) {
+  const xm_layout_t *l = &ins->layout;
+  int64_t rpn = ins->rpn > 0 ? ins->rpn : ins->world, nodes = ins->world / rpn;
+  int64_t show_nodes = nodes < LAYOUT_MAX_NODES ? nodes : LAYOUT_MAX_NODES;
+  int64_t show_ranks = rpn < LAYOUT_MAX_RANKS ? rpn : LAYOUT_MAX_RANKS;
+  P("<h2>Rank layout</h2>\n<p>%" PRId64 " rank%s on %" PRId64 " node%s of %" PRId64
+    ": boxes are ranks, filled by TP group (%" PRId64 " rank%s each); below each, its EP group "
+    "(%" PRId64 " ranks) and DP group (%" PRId64 " ranks), numbered by their first rank.",
+    ins->world, ins->world == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", rpn, l->tp,
+    l->tp == 1 ? "" : "s", xm_layout_group_size(l, XM_GROUP_EP),
+    xm_layout_group_size(l, XM_GROUP_DP));
+  if (show_nodes < nodes || show_ranks < rpn)
+    P(" Showing %" PRId64 " of %" PRId64 " nodes and %" PRId64 " of %" PRId64
+      " ranks per node; the groups repeat the pattern.",
+      show_nodes, nodes, show_ranks, rpn);
+  P("</p>\n");
+  const double x0 = 70, box = fmin(40, (760 - x0 - 10) / (double)show_ranks), row = 62;
+  int h = (int)(row * (double)show_nodes) + 30;
+  P("<svg class=\"chart\" viewBox=\"0 0 760 %d\" role=\"img\" aria-label=\"rank layout\">\n", h);
+  P("<text x=\"%.1f\" y=\"14\" class=\"small\">rank / ep group / dp group</text>\n", x0);
+  for (int64_t n = 0; n < show_nodes; n++) {
+    double y = 22 + row * (double)n;
+    P("<text x=\"4\" y=\"%.1f\">node %" PRId64 "</text>\n", y + box / 2 + 4, n);
+    for (int64_t i = 0; i < show_ranks; i++) {
+      int64_t r = n * rpn + i;
+      xm_group_t tp = xm_layout_group(l, XM_GROUP_TP, r), ep = xm_layout_group(l, XM_GROUP_EP, r),
+                 dp = xm_layout_group(l, XM_GROUP_DP, r);
+      double x = x0 + box * (double)i;
+      P("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" "
+        "fill-opacity=\"0.55\" stroke=\"#fff\"><title>rank %" PRId64 ": tp group of rank %" PRId64
+        ", ep group of rank %" PRId64 ", dp group of rank %" PRId64 "</title></rect>",
+        x, y, box, box, k_colors[((tp.color % 8) + 8) % 8], r, tp.first, ep.first, dp.first);
+      P("<text x=\"%.1f\" y=\"%.1f\" class=\"small\" text-anchor=\"middle\">%" PRId64 "</text>",
+        x + box / 2, y + box / 2 + 4, r);
+      P("<text x=\"%.1f\" y=\"%.1f\" class=\"small\" text-anchor=\"middle\">%" PRId64 "/%" PRId64
+        "</text>\n",
+        x + box / 2, y + box + 11, ep.first, dp.first);
+    }
+  }
+  P("</svg>\n");
 }
 
 static void phase_chart(const xm_inspect_t *ins, xm_strbuf_t *out) {
@@ -118,7 +189,7 @@ static void phase_chart(const xm_inspect_t *ins, xm_strbuf_t *out) {
     ins->grad_accum, ins->grad_accum == 1 ? "" : "es");
   seconds_text(out, total);
   P(" on the machine model below; nothing overlaps.</p>\n");
-  P("<svg class=\"chart\" width=\"760\" height=\"150\" role=\"img\" aria-label=\"time per "
+  P("<svg class=\"chart\" viewBox=\"0 0 760 150\" role=\"img\" aria-label=\"time per "
     "phase\">\n");
   for (int p = 0; p < XM_INS_PHASES; p++) {
     double y = 10 + 32.0 * p, w = 560, a = max > 0 ? w * comp[p] / max : 0,
@@ -168,7 +239,7 @@ static void layer_chart(const xm_inspect_t *ins, xm_strbuf_t *out) {
   bytes_text(out, total);
   P(" in all; uniform routing for the all-to-alls).</p>\n");
   double bar = slots > 0 ? fmin(40, 700.0 / slots) : 40, h = 200;
-  P("<svg class=\"chart\" width=\"760\" height=\"%d\" role=\"img\" aria-label=\"bytes per "
+  P("<svg class=\"chart\" viewBox=\"0 0 760 %d\" role=\"img\" aria-label=\"bytes per "
     "layer\">\n",
     (int)h + 70);
   P("<line x1=\"40\" y1=\"%.1f\" x2=\"750\" y2=\"%.1f\" stroke=\"#999\"/>\n", h + 10, h + 10);
@@ -214,7 +285,7 @@ static void timeline_chart(const xm_inspect_t *ins, xm_strbuf_t *out) {
   bytes_text(out, arena);
   P("), the peak ");
   bytes_text(out, (double)ins->act_peak);
-  P(".</p>\n<svg class=\"chart\" width=\"760\" height=\"230\" role=\"img\" aria-label=\"memory "
+  P(".</p>\n<svg class=\"chart\" viewBox=\"0 0 760 230\" role=\"img\" aria-label=\"memory "
     "timeline\">\n");
   double w = 680, h = 180, x0 = 70, y0 = 200;
   if (n > 0 && max > 0) {
@@ -256,7 +327,8 @@ void xm_inspect_html(const xm_inspect_t *ins, xm_strbuf_t *out) {
   P("</title>\n<style>\n"
     "body { font-family: sans-serif; margin: 24px; max-width: 980px; color: #222; }\n"
     "h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }\n"
-    "svg.chart { border: 1px solid #ddd; background: #fff; display: block; }\n"
+    "svg.chart { border: 1px solid #ddd; background: #fff; display: block; width: 100%%; "
+    "height: auto; }\n"
     "svg text { font-size: 12px; fill: #222; } svg text.small { font-size: 10px; }\n"
     "pre { font-size: 11px; background: #f7f7f7; padding: 8px; overflow-x: auto; }\n"
     "table { border-collapse: collapse; } td, th { padding: 2px 10px; text-align: left; }\n"
@@ -276,6 +348,7 @@ void xm_inspect_html(const xm_inspect_t *ins, xm_strbuf_t *out) {
   esc(out, ins->machine);
   P("</td></tr>\n</table>\n");
   memory_chart(ins, out);
+  layout_chart(ins, out);
   phase_chart(ins, out);
   layer_chart(ins, out);
   timeline_chart(ins, out);

@@ -256,6 +256,7 @@ static xm_status_t setup_machine(xm_inspect_t *ins, const cJSON *manifest, const
   }
   ins->peak_flops = c.peak_tflops * 1e12;
   ins->efficiency = c.gemm_efficiency;
+  ins->device_bytes = device ? c.device_memory_gib * 1024.0 * 1024.0 * 1024.0 : 0;
   ins->mem_bw = device ? DEVICE_MEM_BW : CPU_MEM_BW;
   /* Ranks per node: the program's, else the cluster's when it tiles the
    * world, else one node. */
@@ -415,9 +416,7 @@ static void compute_cost(const ctx_t *c, xm_ins_op_t *o) {
     f = 2 * exp_numel(c, in[0]) * (double)dim(op->results[0], -1);
     break;
   case XM_OP_GROUPED_MATMUL_COMBINE_GRAD: /* dout[T,M], h[N,K] */
-  case XM_OP_GROUPED_MATMUL_COMBINE_DW:
-    f = 2 * exp_numel(c, in[1]) * (double)dim(in[0], 1);
-    break;
+  case XM_OP_GROUPED_MATMUL_COMBINE_DW: f = 2 * exp_numel(c, in[1]) * (double)dim(in[0], 1); break;
   /* The fused loss: the head's GEMM, 2 T H V (the softmax's few T V
    * are left out, as for the matmul it replaces); its backward recomputes
    * the logits and runs the dx and dw GEMMs: three times that. */
@@ -444,13 +443,13 @@ static void compute_cost(const ctx_t *c, xm_ins_op_t *o) {
     f = per_element(op->code) * n;
   }
   }
-  o->gemm = op->code == XM_OP_MATMUL || op->code == XM_OP_MATMUL_DX ||
-            op->code == XM_OP_MATMUL_DW || op->code == XM_OP_GROUPED_MATMUL ||
-            op->code == XM_OP_GROUPED_MATMUL_DX || op->code == XM_OP_GROUPED_MATMUL_DW ||
-            (op->code >= XM_OP_GATHER_GROUPED_MATMUL_DX &&
-             op->code <= XM_OP_GROUPED_MATMUL_COMBINE_DW) ||
-            op->code == XM_OP_GATHER_GROUPED_MATMUL || op->code == XM_OP_GROUPED_MATMUL_COMBINE ||
-            op->code == XM_OP_LM_HEAD_CE || op->code == XM_OP_LM_HEAD_CE_GRAD;
+  o->gemm =
+      op->code == XM_OP_MATMUL || op->code == XM_OP_MATMUL_DX || op->code == XM_OP_MATMUL_DW ||
+      op->code == XM_OP_GROUPED_MATMUL || op->code == XM_OP_GROUPED_MATMUL_DX ||
+      op->code == XM_OP_GROUPED_MATMUL_DW ||
+      (op->code >= XM_OP_GATHER_GROUPED_MATMUL_DX && op->code <= XM_OP_GROUPED_MATMUL_COMBINE_DW) ||
+      op->code == XM_OP_GATHER_GROUPED_MATMUL || op->code == XM_OP_GROUPED_MATMUL_COMBINE ||
+      op->code == XM_OP_LM_HEAD_CE || op->code == XM_OP_LM_HEAD_CE_GRAD;
   o->flops = o->comm ? 0.0 : f;
   /* Bytes: operands read, results written; in-place updates (no results)
    * read and write their operands; aliased reshapes move nothing. */
@@ -480,7 +479,6 @@ static bool group_of(const xm_inspect_t *ins, const char *name, xm_net_group_t *
 }
 
 static int64_t node_of(const xm_inspect_t *ins, int64_t rank) { return rank / ins->rpn; }
-
 
 /* Members of g other than rank 0 on rank 0's node, and elsewhere. */
 static void peers(const xm_inspect_t *ins, xm_net_group_t g, double *same, double *other) {
