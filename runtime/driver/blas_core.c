@@ -3,10 +3,12 @@
 #include "runtime/driver/blas_core.h"
 
 #include <dlfcn.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 /* OpenBLAS 0.3.21's x86-64 core names (driver/others/dynamic.c's table)
  * by the widest vector ISA of their kernels. */
@@ -107,4 +109,31 @@ void xm_blas_core_describe(char *buf, size_t cap) {
   else
     snprintf(buf, cap, "%s kernels %s (detected by OpenBLAS; the CPU has %s)", lib, core,
              level_name(xm_blas_cpu_level()));
+}
+
+/* What the tests' XM_BLAS_TEST_DETECTED or the library says it chose,
+ * against the CPU: the core to force, with XM_BLAS_DETECTED set to what it
+ * replaces, or NULL. */
+static const char *want_blas_core(void) {
+  if (getenv("OPENBLAS_CORETYPE")) return NULL;
+  const char *detected = getenv("XM_BLAS_TEST_DETECTED");
+  if (!detected || !*detected) detected = xm_blas_core_running();
+  const char *pick = xm_blas_core_pick(detected, xm_blas_cpu_level());
+  if (pick && setenv(XM_BLAS_DETECTED_ENV, detected, 1) != 0) return NULL;
+  return pick;
+}
+
+void xm_rt_reexec_once(char **argv) {
+  if (!argv || !argv[0] || getenv("XM_NO_REEXEC")) return;
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) return;
+  int omp = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
+  const char *blas = want_blas_core();
+  if (!omp && !blas) return;
+  if (omp && setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
+  if (omp && !getenv("KMP_BLOCKTIME") && setenv("KMP_BLOCKTIME", "0", 1) != 0) return;
+  if (blas && setenv("OPENBLAS_CORETYPE", blas, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  /* exec failed: go on with the default policy. */
 }

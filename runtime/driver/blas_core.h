@@ -50,4 +50,16 @@ void xm_blas_core_describe(char *buf, size_t cap);
  * the core OpenBLAS detected, so the banner can say what was replaced. */
 #define XM_BLAS_DETECTED_ENV "XM_BLAS_DETECTED"
 
+/* The one re-execution of a CPU program before anything else (out/train,
+ * xmoec-calibrate): libgomp reads its wait policy and OpenBLAS its kernel
+ * core once, when they load. Unless the user chose them, sets a short
+ * OpenMP spin (GOMP_SPINCOUNT=1000, KMP_BLOCKTIME=0; docs/train.md,
+ * "Threads and OpenBLAS") and, when the loaded OpenBLAS chose a core below
+ * the CPU's level, OPENBLAS_CORETYPE (xm_blas_core_pick), then execs
+ * /proc/self/exe with `argv`. Never once MPI has started (the test harness
+ * and embedding programs run in-process); XM_NO_REEXEC=1 turns it off;
+ * XM_BLAS_TEST_DETECTED stands in for the library's detection in tests.
+ * Returns only when nothing was to be done or the exec failed. */
+void xm_rt_reexec_once(char **argv);
+
 #endif

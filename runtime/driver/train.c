@@ -128,43 +128,12 @@ static void beat(trainer_t *t, int64_t s, int64_t m) {
  * of short regions now that every GEMM is split over the team. A short
  * spin, GOMP_SPINCOUNT=1000 (~25 us), keeps the team awake across the
  * back-to-back regions of a step and gives the cores up soon when they are
- * wanted elsewhere (docs/benchmarks.md, "Training step profile"). LLVM's
- * libomp ignores it; KMP_BLOCKTIME=0 gives it the passive behaviour. So,
- * unless the user chose a policy, set these and exec ourselves once, before
- * anything else (never after MPI has started: the test harness and
- * embedding programs run in-process). XM_NO_REEXEC turns this off. */
-/* OpenBLAS too reads its kernel core once, when it loads, and Debian's
- * 0.3.21 takes the Intel Xeons of family 6 model 207 for "Prescott" (SSE3
- * kernels: SGEMM 55 instead of 300 GFLOP/s on 2 threads). When the user
- * set no core and the one the loaded library chose is below what the CPU
- * and the OS support, the same re-exec sets OPENBLAS_CORETYPE to the
- * oldest core of the CPU's level (runtime/driver/blas_core.h), and
- * XM_BLAS_DETECTED to what it replaced, for the banner.
- * XM_BLAS_TEST_DETECTED stands in for the library's detection, so that the
- * tests can take this path on any machine. */
-static const char *want_blas_core(void) {
-  if (getenv("OPENBLAS_CORETYPE")) return NULL;
-  const char *detected = getenv("XM_BLAS_TEST_DETECTED");
-  if (!detected || !*detected) detected = xm_blas_core_running();
-  const char *pick = xm_blas_core_pick(detected, xm_blas_cpu_level());
-  if (pick && setenv(XM_BLAS_DETECTED_ENV, detected, 1) != 0) return NULL;
-  return pick;
-}
-
-static void maybe_reexec(char **argv) {
-  if (!argv || !argv[0] || getenv("XM_NO_REEXEC")) return;
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (inited) return;
-  int omp = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
-  const char *blas = want_blas_core();
-  if (!omp && !blas) return;
-  if (omp && setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
-  if (omp && !getenv("KMP_BLOCKTIME") && setenv("KMP_BLOCKTIME", "0", 1) != 0) return;
-  if (blas && setenv("OPENBLAS_CORETYPE", blas, 1) != 0) return;
-  execv("/proc/self/exe", argv);
-  /* exec failed: go on with the default policy. */
-}
+ * wanted elsewhere (docs/benchmarks.md, "Training step profile"). OpenBLAS
+ * too reads its kernel core once, and Debian's 0.3.21 takes the Intel
+ * Xeons of family 6 model 207 for "Prescott" (SSE3 kernels: SGEMM 55
+ * instead of 300 GFLOP/s on 2 threads). xm_rt_reexec_once
+ * (runtime/driver/blas_core.h) sets both, unless the user chose them, and
+ * execs the program once before anything else. */
 
 static int64_t tensor_numel(const xm_rt_tensor_t *t) {
   int64_t n = 1;
@@ -1390,7 +1359,7 @@ int xm_rt_train_main(int argc, char **argv, const xm_rt_program_t *program) {
   /* A file-size limit (ulimit -f) makes writes fail with EFBIG, reported
    * like any write error, instead of killing the program with SIGXFSZ. */
   signal(SIGXFSZ, SIG_IGN);
-  maybe_reexec(argv);
+  xm_rt_reexec_once(argv);
   trainer_t t;
   memset(&t, 0, sizeof t);
   t.p = program;

@@ -12,5 +12,6 @@ int xm_cmd_inspect(int argc, char **argv);
 int xm_cmd_plan(int argc, char **argv);
 int xm_cmd_fabric(int argc, char **argv);
 int xm_cmd_place(int argc, char **argv);
+int xm_cmd_calibrate(int argc, char **argv);
 
 #endif

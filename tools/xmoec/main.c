@@ -22,12 +22,14 @@ static const command_t k_commands[] = {
     {"place", xm_cmd_place, "place experts chosen together on one node, from a run's routing"},
     {"compile", xm_cmd_compile, "compile a model into a training program (OUT/train)"},
     {"inspect", xm_cmd_inspect, "read a compiled program: schedule, memory, collectives, traces"},
+    {"calibrate", xm_cmd_calibrate,
+     "measure this machine for the cost model (run with mpirun; writes a profile)"},
 };
 
 static void usage(FILE *out) {
   fprintf(out, "usage: xmoec <command> [args]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
-    fprintf(out, "  %-8s %s\n", k_commands[i].name, k_commands[i].summary);
+    fprintf(out, "  %-9s %s\n", k_commands[i].name, k_commands[i].summary);
   fprintf(out, "\n'xmoec <command> --help' describes a command.\n");
 }
 
