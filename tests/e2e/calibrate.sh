@@ -49,7 +49,7 @@ except Exception as e:
     print(f"  {path}: not JSON: {e}")
     sys.exit(1)
 for key in ["kind", "version", "backend", "ranks", "ranks_per_node", "threads_per_rank",
-            "blas_core", "cpu", "created", "gemm", "memory", "overhead", "collectives",
+            "blas_core", "cpu", "created", "cluster", "gemm", "memory", "overhead", "collectives",
             "collective_fits"]:
     need(key in p, f"no member {key}")
 need(p.get("kind") == "xmoec-profile", f"kind {p.get('kind')!r}")
@@ -184,6 +184,26 @@ calibrate four 4 2 both --quick
 echo '[{"m": 32, "n": 48, "k": 64}, {"m": 16, "n": 8, "k": 24}]' >"$work/shapes.json"
 SHAPES="32,48,64 16,8,24" calibrate shapes 1 1 none --quick --shapes "$work/shapes.json"
 
+# --cluster: without XM_RANKS_PER_NODE the cluster's ranks per node form the
+# nodes, and the profile names the cluster.
+cat >"$work/cl.json" <<'JSON'
+{"name": "two-by-two", "nodes": 2, "ranks_per_node": 2, "device_memory_gib": 16,
+ "peak_tflops": 0.1, "gemm_efficiency": 0.5, "intra_bw_gbps": 5, "intra_latency_us": 5,
+ "inter_bw_gbps": 2, "inter_latency_us": 10, "topology": "fat-tree"}
+JSON
+if out=$(timeout 120 mpirun -np 4 "$cal" --quick --cluster "$work/cl.json" -o "$work/cl-p.json" 2>&1); then
+  /usr/bin/python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["cluster"] == "two-by-two" and p["ranks_per_node"] == 2 and p["ranks"] == 4, p
+assert {c["inter_node"] for c in p["collectives"]} == {True, False}, "no intra- and inter-node groups"
+' "$work/cl-p.json" && echo "ok   --cluster: 2 ranks per node from the cluster, named in the profile" ||
+    fail "--cluster: the profile"
+else
+  fail "--cluster: exit $?"
+  tail -n 6 <<<"$out" | sed 's/^/    /'
+fi
+
 # bad NAME PATTERN COMMAND...: exit 2 with one line matching PATTERN.
 bad() {
   local name=$1 pattern=$2
@@ -213,6 +233,11 @@ bad "a missing shapes file" "cannot read .*/none.json" \
   mpirun -np 2 "$cal" --quick --shapes "$work/none.json" -o "$work/x.json"
 bad "an output in no directory" "cannot write in .*/no/such" \
   mpirun -np 2 "$cal" --quick -o "$work/no/such/p.json"
+echo '{"name": "x", "nodes": 0}' >"$work/badc.json"
+bad "a bad cluster file" "badc.json: error: /nodes: integer 0 is out of range" \
+  mpirun -np 2 "$cal" --quick --cluster "$work/badc.json" -o "$work/x.json"
+bad "a missing cluster file" "none-cl.json: error: cannot read" \
+  "$cal" --quick --cluster "$work/none-cl.json" -o "$work/x.json"
 
 # A failure of the machine (no memory for the first GEMM buffer under a
 # 1.2 GB address-space limit) ends every rank with exit 1 and a message,
@@ -237,7 +262,7 @@ fi
 help=$("$bin/xmoec" calibrate --help)
 rc=$?
 [[ $rc -eq 0 ]] || fail "--help: exit $rc"
-for want in "usage: [mpirun -np P] xmoec calibrate" "--shapes FILE" "--quick" "-o, --output FILE" \
+for want in "usage: [mpirun -np P] xmoec calibrate [--cluster FILE]" "--shapes FILE" "--quick" "-o, --output FILE" \
   "OMP_NUM_THREADS=N" "XM_RANKS_PER_NODE=N"; do
   grep -qF -- "$want" <<<"$help" || fail "--help does not say '$want'"
 done

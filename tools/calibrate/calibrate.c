@@ -31,7 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "frontend/spec.h"
 #include "runtime/driver/blas_core.h"
+#include "support/diag.h"
 #include "support/strbuf.h"
 #include "tools/calibrate/calibrate.h"
 
@@ -109,12 +111,14 @@ static void on_mpi_error(MPI_Comm *comm, int *code, ...) {
 typedef struct {
   const char *out;
   const char *shapes;
+  const char *cluster; /* --cluster FILE */
   int quick;
   int help;
 } cal_args_t;
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: [mpirun -np P] xmoec calibrate [--shapes FILE] [--quick] -o PROFILE.json\n"
+  fprintf(f, "usage: [mpirun -np P] xmoec calibrate [--cluster FILE] [--shapes FILE] [--quick]\n"
+             "                                   -o PROFILE.json\n"
              "\n"
              "Measures what the cost model of training needs to know about this machine,\n"
              "with the kernels and the communicator out/train runs: GEMM throughput\n"
@@ -124,6 +128,9 @@ static void usage(FILE *f) {
              "profile holds for runs with as many ranks per machine.\n"
              "\n"
              "  -o, --output FILE  the profile to write (JSON; required)\n"
+             "  --cluster FILE     the cluster (as xmoec plan reads it): its name goes into\n"
+             "                     the profile, its ranks_per_node forms the nodes unless\n"
+             "                     XM_RANKS_PER_NODE says otherwise\n"
              "  --shapes FILE      the GEMM shapes: a JSON array of {\"m\":M,\"n\":N,\"k\":K},\n"
              "                     y[M,N] = x[M,K] w[N,K]^T (default: m 64..4096, n and k\n"
              "                     128..2048)\n"
@@ -161,6 +168,12 @@ static int parse_args(int argc, char **argv, cal_args_t *a, char *err, size_t ca
       a->help = 1;
     } else if (strcmp(arg, "--quick") == 0) {
       a->quick = 1;
+    } else if (flag_value(argc, argv, &i, "--cluster", NULL, &v)) {
+      if (!v || !*v) {
+        if (!err[0]) snprintf(err, cap, "--cluster needs a file name");
+      } else {
+        a->cluster = v;
+      }
     } else if (flag_value(argc, argv, &i, "--output", "-o", &v) ||
                flag_value(argc, argv, &i, "--shapes", NULL, &v)) {
       int is_out = strcmp(arg, "--shapes") != 0 && strncmp(arg, "--shapes=", 9) != 0;
@@ -180,6 +193,44 @@ static int parse_args(int argc, char **argv, cal_args_t *a, char *err, size_t ca
   }
   if (!err[0] && !a->out) snprintf(err, cap, "-o FILE is required (where to write the profile)");
   return err[0] ? 2 : 0;
+}
+
+/* --cluster FILE, read and checked as `xmoec plan` reads it: its name goes
+ * into the profile, and unless XM_RANKS_PER_NODE is set its ranks per node
+ * say which ranks form a node (the context then checks that they tile the
+ * world). Before MPI starts; 2 after a message on a bad file. */
+static int launcher_rank_zero(void);
+static int load_cluster(const char *path, char *name, size_t cap) {
+  char *text = NULL;
+  size_t len = 0;
+  xm_diag_t d;
+  xm_diag_init(&d);
+  int err = xm_read_file(path, &text, &len);
+  xm_spec_t spec;
+  memset(&spec, 0, sizeof spec);
+  int rc = 0;
+  if (err) {
+    char why[160];
+    xm_diag_add(&d, XM_DIAG_ERROR, path, NULL, "cannot read: %s",
+                xm_read_error(err, XM_READ_LIMIT_TEXT, why, sizeof why));
+    rc = 2;
+  } else if (xm_spec_load_cluster_text(text, len, path, &d, &spec) != XM_OK ||
+             xm_diag_error_count(&d) > 0) {
+    rc = 2;
+  }
+  if (rc && launcher_rank_zero()) xm_diag_print(&d, stderr);
+  if (!rc) {
+    snprintf(name, cap, "%s", spec.cluster.name);
+    const char *env = getenv("XM_RANKS_PER_NODE");
+    if ((!env || !*env) && spec.cluster.ranks_per_node > 0) {
+      char v[32];
+      snprintf(v, sizeof v, "%lld", (long long)spec.cluster.ranks_per_node);
+      setenv("XM_RANKS_PER_NODE", v, 1);
+    }
+  }
+  xm_diag_free(&d);
+  free(text);
+  return rc;
 }
 
 /* Before MPI starts, the launcher's rank, so that a usage message is
@@ -443,6 +494,10 @@ static cJSON *profile_json(const cal_t *c, const cal_results_t *r) {
     cJSON_AddNullToObject(root, "blas_core");
   cJSON_AddStringToObject(root, "cpu", cpu);
   cJSON_AddStringToObject(root, "created", created);
+  if (c->cluster[0])
+    cJSON_AddStringToObject(root, "cluster", c->cluster);
+  else
+    cJSON_AddNullToObject(root, "cluster");
 
   cJSON *gemm = cJSON_AddArrayToObject(root, "gemm");
   for (int i = 0; i < r->gemm_count; i++) {
@@ -556,6 +611,10 @@ int main(int argc, char **argv) {
   cal_t c;
   memset(&c, 0, sizeof c);
   c.quick = args.quick;
+  if (args.cluster) {
+    rc = load_cluster(args.cluster, c.cluster, sizeof c.cluster);
+    if (rc != 0) return rc;
+  }
   xm_status_t st = xm_rt_context_create(&argc, &argv, &c.ctx);
   if (st != XM_OK) {
     /* A bad XM_RANKS_PER_NODE has been named by the context already. */

@@ -64,6 +64,7 @@ typedef struct {
   int threads;         /* OpenMP threads of this rank */
   int quick;           /* smaller sizes and shorter timings */
   int tty;             /* rank 0's stderr is a terminal: progress updates in place */
+  char cluster[64];    /* --cluster: the cluster's name; "" without one */
 } cal_t;
 
 /* What one repetition's time is. */

@@ -47,6 +47,7 @@
 #include "planner/simulate.h"
 #include "support/diag.h"
 #include "support/status.h"
+#include "support/strbuf.h"
 #include "tools/xmoec/commands.h"
 #include "tools/xmoec/json_out.h"
 
@@ -477,24 +478,34 @@ static void explain(const xm_plan_candidate_t *c, const xm_plan_candidate_t *ref
     snprintf(buf, cap, "%s %+.3g s", names[k], d[k]);
 }
 
-/* The exact `xmoec compile` command that builds candidate `c` (xmoec). */
-static void print_compile_command(const plan_ctx_t *x, const xm_plan_candidate_t *c) {
+/* The exact `xmoec compile` command that builds candidate `c` (xmoec
+ * only; false otherwise), with OUT for the output folder. */
+static bool compile_command(const plan_ctx_t *x, const xm_plan_candidate_t *c, xm_strbuf_t *out) {
   const plan_args_t *a = x->args;
-  if (!a || c->point.policy != XM_POLICY_XMOEC) return;
+  if (!a || c->point.policy != XM_POLICY_XMOEC) return false;
   const xm_layout_t *l = &c->point.layout;
   const xm_recompute_t r = c->point.recompute;
-  printf("  compile it: xmoec compile %s%s%s -o OUT --dp %" PRId64 " --tp %" PRId64 " --ep %" PRId64
-         "%s%s --zero %d --micro-batch %" PRId64 " --recompute %s",
-         a->spec_path, a->cluster_path ? " --cluster " : "", a->cluster_path ? a->cluster_path : "",
-         l->dp, l->tp, l->ep, l->ssmb ? " --ssmb" : "", l->rbd ? " --rbd" : "", l->zero,
-         c->point.micro_batch,
-         r == XM_RECOMPUTE_FULL        ? "full"
-         : r == XM_RECOMPUTE_SELECTIVE ? "selective"
-                                       : "none");
+  xm_strbuf_printf(out,
+                   "xmoec compile %s%s%s -o OUT --dp %" PRId64 " --tp %" PRId64 " --ep %" PRId64
+                   "%s%s --zero %d --micro-batch %" PRId64 " --recompute %s",
+                   a->spec_path, a->cluster_path ? " --cluster " : "",
+                   a->cluster_path ? a->cluster_path : "", l->dp, l->tp, l->ep,
+                   l->ssmb ? " --ssmb" : "", l->rbd ? " --rbd" : "", l->zero, c->point.micro_batch,
+                   r == XM_RECOMPUTE_FULL        ? "full"
+                   : r == XM_RECOMPUTE_SELECTIVE ? "selective"
+                                                 : "none");
   if (l->ep > 1)
-    printf(" --dispatch-bound %" PRId64, c->point.dispatch_bound > 0 ? c->point.dispatch_bound : 4);
-  if (a->global_batch > 0) printf(" --global-batch %" PRId64, a->global_batch);
-  printf("\n");
+    xm_strbuf_printf(out, " --dispatch-bound %" PRId64,
+                     c->point.dispatch_bound > 0 ? c->point.dispatch_bound : 4);
+  if (a->global_batch > 0) xm_strbuf_printf(out, " --global-batch %" PRId64, a->global_batch);
+  return true;
+}
+
+static void print_compile_command(const plan_ctx_t *x, const xm_plan_candidate_t *c) {
+  xm_strbuf_t b;
+  xm_strbuf_init(&b);
+  if (compile_command(x, c, &b)) printf("  compile it: %s\n", xm_strbuf_cstr(&b));
+  xm_strbuf_free(&b);
 }
 
 static void print_table_head(void) {
@@ -771,6 +782,13 @@ static void json_plan(cJSON *o, const plan_ctx_t *x, const xm_plan_result_t *r, 
   cJSON_AddNumberToObject(o, "fit", (double)r->num_fit);
   cJSON_AddItemToObject(o, "chosen",
                         r->num > 0 ? json_candidate(x, &r->cands[0]) : cJSON_CreateNull());
+  xm_strbuf_t cmd;
+  xm_strbuf_init(&cmd);
+  if (r->chosen >= 0 && compile_command(x, &r->cands[0], &cmd))
+    cJSON_AddStringToObject(o, "compile_command", xm_strbuf_cstr(&cmd));
+  else
+    cJSON_AddNullToObject(o, "compile_command");
+  xm_strbuf_free(&cmd);
   int64_t n = top == 0 ? r->num : (top + 1 < r->num ? top + 1 : r->num);
   cJSON *arr = cJSON_AddArrayToObject(o, "candidates");
   for (int64_t i = 0; i < n; i++)
