@@ -45,7 +45,6 @@
 
 #define ALIGN_BYTES 64.0 /* the memory plan's alignment */
 #define XMOEC_BF16_KEPT_BYTES 3.0
-#define FIXED_OVERHEAD (1024.0 * 1024 * 1024) /* context, kernels, library workspaces */
 #define MACHINE_BALANCE 150.0                 /* peak FLOP/s per byte/s of device memory */
 #define DS_BUCKET_ELEMS 5e8                   /* DeepSpeed reduce/allgather bucket default */
 #define DDP_BUCKET_BYTES (25.0 * 1024 * 1024) /* PyTorch DDP bucket_cap_mb */
@@ -1131,7 +1130,7 @@ xm_status_t xm_cost_collectives(const xm_spec_t *spec, const xm_net_t *net, doub
   double params_updated = 0, grad_elems = 0;
   table_memory(&c, &tb, out, &params_updated, &grad_elems);
   activation_memory(&c, out, grad_elems);
-  out->overhead = FIXED_OVERHEAD;
+  out->overhead = XM_COST_FIXED_OVERHEAD_BYTES;
   out->total =
       out->weights + out->grads + out->optimizer + out->activations + out->buffers + out->overhead;
   out->device = device_bytes;

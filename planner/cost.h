@@ -109,6 +109,12 @@ typedef struct {
   double bytes_reduce_scatter_intra, bytes_reduce_scatter_inter;
 } xm_cost_t;
 
+/* The fixed memory per device the model adds to what the memory plan holds:
+ * runtime context, kernels, BLAS and collective-library workspaces
+ * (docs/cost-model.md, Constants). `xmoec compile` adds the same when it
+ * checks a program against the device. */
+#define XM_COST_FIXED_OVERHEAD_BYTES (1024.0 * 1024.0 * 1024.0)
+
 /* Costs one configuration of a spec on a cluster. The layout must be legal
  * for the spec (xm_layout_check) and its world must fit the cluster; the
  * cost model itself only refuses what it cannot cost (XM_ERR_INVALID_INPUT

@@ -249,7 +249,7 @@ else
   out=$( (ulimit -v 1200000 && timeout 60 mpirun -np 2 "$cal" --quick --shapes "$work/big.json" \
     -o "$work/x.json") 2>&1)
   rc=$?
-  if [[ $rc -ne 1 ]] || ! grep -qE "rank [01]: error: out of memory for the GEMM" <<<"$out"; then
+  if [[ $rc -ne 1 ]] || ! grep -qE "xmoec: rank [01]: xmoec-calibrate: error: out of memory for the GEMM" <<<"$out"; then
     fail "out of memory: exit $rc (want 1 and a message)"
     tail -n 6 <<<"$out" | sed 's/^/    /'
   else

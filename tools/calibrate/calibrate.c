@@ -39,28 +39,20 @@
 
 /* ---- failures and progress --------------------------------------------------- */
 
-static int g_rank = -1;
+static const xm_rt_context_t *g_ctx; /* set once the context exists */
 
-void cal_set_rank(int rank) { g_rank = rank; }
+void cal_set_context(const xm_rt_context_t *ctx) { g_ctx = ctx; }
 
-/* One write per message: mpirun forwards each rank's stderr as it comes,
- * and a line written in pieces could be cut by its abort banner. */
+/* The runtime's abort (one line in one write, every rank ended), which
+ * names the rank; before the context exists there is no job to end. */
 void cal_fatal(const char *fmt, ...) {
-  char line[1024];
-  int n = snprintf(line, sizeof line - 1, CAL_PROG ": rank %d: error: ", g_rank);
-  if (n < 0) n = 0;
+  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - 1 - (size_t)n, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  size_t len = strlen(line);
-  line[len++] = '\n';
-  fwrite(line, 1, len, stderr);
-  fflush(stderr);
-  int inited = 0, finalized = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&finalized);
-  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (g_ctx) xm_rt_abort(g_ctx, 1, CAL_PROG ": error: %s", msg);
+  fprintf(stderr, CAL_PROG ": error: %s\n", msg);
   exit(1);
 }
 
@@ -621,7 +613,7 @@ int main(int argc, char **argv) {
     if (st != XM_ERR_INVALID_INPUT) fprintf(stderr, CAL_PROG ": error: MPI does not start\n");
     return xm_status_exit_code(st);
   }
-  cal_set_rank(c.ctx.rank);
+  cal_set_context(&c.ctx);
   MPI_Errhandler handler;
   MPI_Comm_create_errhandler(on_mpi_error, &handler);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, handler);

@@ -92,11 +92,12 @@ typedef struct {
  * the same timing and they agree on the number of repetitions. */
 double cal_time(const cal_t *c, const cal_timing_t *t, void (*fn)(void *), void *arg);
 
-/* Prints "xmoec-calibrate: rank R: error: <message>" in one write and ends
- * every rank with exit code 1 (MPI_Abort once MPI runs). Never returns. */
+/* Prints "xmoec: rank R: xmoec-calibrate: error: <message>" in one write
+ * and ends every rank with exit code 1 (xm_rt_abort once the context
+ * exists). Never returns. */
 void cal_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-/* The rank cal_fatal names (set once the context exists). */
-void cal_set_rank(int rank);
+/* The context cal_fatal aborts (set once it exists). */
+void cal_set_context(const xm_rt_context_t *ctx);
 
 /* Zeroed backend memory of `bytes` (the allocator the arenas of out/train
  * come from), or cal_fatal naming `what`. Freed with c->be->free. */

@@ -1163,10 +1163,6 @@ static void print_layout(const xm_layout_t *l) {
   printf("\n");
 }
 
-/* The fixed per-device overhead the cost model adds (runtime context,
- * kernels, library workspaces; docs/cost-model.md, Memory per rank). */
-#define RUNTIME_OVERHEAD_BYTES (1024.0 * 1024.0 * 1024.0)
-
 /* What the cost model predicts for the layout being built (the planner's
  * own figures when it chose it), so that plan and program can be
  * compared; nothing without a cluster, or for a point the model refuses. */
@@ -1200,7 +1196,8 @@ static xm_status_t check_device_memory(const compile_t *c, xm_diag_t *diag) {
   if (!cl->present || cl->device_memory_gib <= 0) return XM_OK;
   const double gib = 1024.0 * 1024.0 * 1024.0, device = cl->device_memory_gib * gib;
   const xm_mem_report_t *r = &c->mem;
-  double total = (double)r->persistent_bytes + (double)r->activation_bytes + RUNTIME_OVERHEAD_BYTES;
+  double total =
+      (double)r->persistent_bytes + (double)r->activation_bytes + XM_COST_FIXED_OVERHEAD_BYTES;
   if (total <= device) return XM_OK;
   char plan[160] = "";
   if (c->predicted)
@@ -1212,7 +1209,8 @@ static xm_status_t check_device_memory(const compile_t *c, xm_diag_t *diag) {
               "cluster's %.2f GiB of device memory: short by %.2f GiB%s; %s",
               total / gib, (double)r->weights / gib, (double)r->grads / gib,
               (double)r->optimizer / gib, (double)r->activations / gib, (double)r->workspace / gib,
-              RUNTIME_OVERHEAD_BYTES / gib, cl->device_memory_gib, (total - device) / gib, plan,
+              XM_COST_FIXED_OVERHEAD_BYTES / gib, cl->device_memory_gib, (total - device) / gib,
+              plan,
               c->a.force ? "built anyway (--force)"
                          : "choose a layout that fits (xmoec plan), or give --force to build it "
                            "anyway");
